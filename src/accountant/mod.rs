@@ -1,0 +1,1 @@
+//! Renyi-DP accounting (pure functions, no I/O).

@@ -1,0 +1,34 @@
+//! The `dprec` command line.
+
+use clap::{Parser, Subcommand};
+
+pub mod accountant;
+
+/// dprec: differentially private recommendations with an honest privacy ledger.
+#[derive(Debug, Parser)]
+#[command(name = "dprec", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
+    Accountant(accountant::AccountantArgs),
+}
+
+/// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Accountant(args) => accountant::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

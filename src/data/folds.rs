@@ -1,0 +1,1 @@
+//! Train/test folds.

@@ -1,0 +1,1 @@
+//! Seeded synthetic rating data.

@@ -1,0 +1,1 @@
+//! Evaluation: cross validation, metrics, reports and plots.

@@ -1,0 +1,17 @@
+//! dprec: a privacy-budgeted recommendation engine.
+//!
+//! The crate is organised by concern:
+//! - [`data`]: rating data, loaders (MovieLens), sparse layouts, synthetic data, folds;
+//! - [`train`]: trainers (non-private baselines here; DP trainers build on them);
+//! - [`privacy`]: pure noise mechanisms and sampling primitives (no I/O);
+//! - [`accountant`]: Renyi-DP accounting, conversion and the Renyi filter (pure);
+//! - [`eval`]: cross validation, metrics, reports and plots;
+//! - [`cli`]: the `dprec` command line.
+
+pub mod accountant;
+pub mod cli;
+pub mod data;
+pub mod eval;
+pub mod privacy;
+pub mod rng;
+pub mod train;

@@ -1,0 +1,1 @@
+//! Privacy mechanisms: pure noise samplers and sampling primitives (no I/O).
