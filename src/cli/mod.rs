@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod accountant;
+pub mod eval;
 
 /// dprec: differentially private recommendations with an honest privacy ledger.
 #[derive(Debug, Parser)]
@@ -14,6 +15,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Cross-validate trainers: RMSE, MAE and training time per fold, JSON and SVG output.
+    Eval(Box<eval::EvalArgs>),
     /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
     Accountant(accountant::AccountantArgs),
 }
@@ -22,6 +25,7 @@ pub enum Command {
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Eval(args) => eval::run(*args),
         Command::Accountant(args) => accountant::run(args),
     };
     match result {

@@ -1,1 +1,85 @@
-//! Trainers.
+//! Trainers: each turns a rating set into a [`FactorModel`].
+//!
+//! A trainer is a value built by name from string parameters ([`build`]), so the CLI,
+//! the evaluation harness and the service run them the same way. Non-private trainers
+//! live here as the baselines every private model is judged against.
+
+pub mod als;
+pub mod baseline;
+pub mod linalg;
+pub mod model;
+pub mod params;
+pub mod sgd;
+
+pub use model::FactorModel;
+pub use params::{ParamError, Params};
+
+use crate::data::{Interactions, RatingScale, Ratings};
+use crate::rng::DpRng;
+
+/// Errors raised by trainers.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Param(#[from] ParamError),
+    #[error("unknown trainer {0:?}; known trainers: {known}", known = names().join(", "))]
+    UnknownTrainer(String),
+    #[error("training data is empty")]
+    EmptyData,
+    #[error("{0}")]
+    Numerical(String),
+}
+
+/// Training input: the ratings, both sparse views, and the rating scale.
+pub struct TrainData<'a> {
+    pub ratings: &'a Ratings,
+    pub matrix: &'a Interactions,
+    pub scale: RatingScale,
+}
+
+/// What a training run produced.
+#[derive(Debug, Clone)]
+pub struct Fitted {
+    pub model: FactorModel,
+}
+
+/// A training method with its hyper-parameters.
+pub trait Trainer: Send + Sync {
+    /// Registry name, e.g. `sgd-mf`.
+    fn name(&self) -> &'static str;
+    /// The effective hyper-parameters (after defaults), for reports.
+    fn params(&self) -> serde_json::Value;
+    /// Trains on `data`; all randomness comes from `rng`.
+    fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError>;
+}
+
+/// Names accepted by [`build`], with a one-line description each.
+pub const TRAINERS: &[(&str, &str)] = &[
+    (
+        "baseline",
+        "global mean + regularised user and item biases (non-private)",
+    ),
+    (
+        "sgd-mf",
+        "biased matrix factorization by SGD, Funk-SVD style (non-private)",
+    ),
+    (
+        "als-mf",
+        "biased matrix factorization by alternating least squares (non-private)",
+    ),
+];
+
+pub fn names() -> Vec<&'static str> {
+    TRAINERS.iter().map(|(n, _)| *n).collect()
+}
+
+/// Builds a trainer by name; unknown parameters are an error naming the parameter.
+pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError> {
+    let t: Box<dyn Trainer> = match name {
+        "baseline" => Box::new(baseline::Baseline::from_params(params)?),
+        "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
+        "als-mf" => Box::new(als::AlsMf::from_params(params)?),
+        other => return Err(TrainError::UnknownTrainer(other.to_owned())),
+    };
+    Ok(t)
+}

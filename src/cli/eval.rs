@@ -1,0 +1,245 @@
+//! `dprec eval`: k-fold cross validation of trainers, with a table on stdout, a JSON
+//! report and an SVG plot.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::data::folds::{self, Fold};
+use crate::data::movielens::{self, Format};
+use crate::data::RatingScale;
+use crate::eval::{self, plot, RunReport, SweepPoint};
+use crate::train::{self, Params};
+
+/// Which folds to evaluate on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FoldScheme {
+    /// The predefined u1..u5 splits when the data directory has them, else random.
+    Auto,
+    /// The predefined MovieLens-100K splits u1.base/u1.test .. u5.base/u5.test.
+    Predefined,
+    /// Seeded random k-fold of the whole ratings file.
+    Random,
+}
+
+/// Arguments of `dprec eval`.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// MovieLens directory (u.data, ratings.dat or ratings.csv, and u1..u5 splits) or a
+    /// ratings file.
+    #[arg(long, default_value = "../shared/datasets/ml-100k")]
+    pub data: PathBuf,
+    /// Format of the ratings file [default: detected from name and first line].
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Fold scheme.
+    #[arg(long, value_enum, default_value_t = FoldScheme::Auto)]
+    pub folds: FoldScheme,
+    /// Number of folds for --folds random.
+    #[arg(long, default_value_t = 5)]
+    pub k: usize,
+    /// Evaluate only the first N folds (quick checks) [default: all].
+    #[arg(long)]
+    pub max_folds: Option<usize>,
+    /// Seed of the fold split and of every training run (fold k uses a seed derived from it).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Trainer to evaluate, as NAME or NAME:key=value,key=value. Repeat to compare
+    /// several. Names: baseline, sgd-mf, als-mf.
+    #[arg(long = "trainer", required = true)]
+    pub trainers: Vec<String>,
+    /// A key=value parameter given to every trainer (repeatable); unknown keys are errors.
+    #[arg(long = "param")]
+    pub params: Vec<String>,
+    /// Sweep one parameter over values, as key=v1,v2,...; the plot puts it on the x axis.
+    #[arg(long)]
+    pub sweep: Option<String>,
+    /// Shorthand for --sweep eps=v1,v2,... (privacy budgets of private trainers).
+    #[arg(long, value_delimiter = ',')]
+    pub eps: Vec<f64>,
+    /// Write the full report (per fold, mean, sd) as JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write an SVG plot: RMSE against the swept parameter, or per fold without a sweep.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The JSON report written by `--out`.
+#[derive(Debug, Serialize)]
+pub struct EvalReport {
+    pub data: String,
+    pub folds: FoldScheme,
+    pub seed: u64,
+    pub runs: Vec<RunReport>,
+}
+
+/// A trainer spec with its own parameters (`NAME:key=value,...`).
+fn parse_trainer(spec: &str) -> (String, Vec<String>) {
+    match spec.split_once(':') {
+        Some((name, rest)) => (
+            name.trim().to_owned(),
+            rest.split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim().to_owned())
+                .collect(),
+        ),
+        None => (spec.trim().to_owned(), Vec::new()),
+    }
+}
+
+fn parse_sweep(args: &EvalArgs) -> anyhow::Result<Option<(String, Vec<f64>)>> {
+    match (&args.sweep, args.eps.is_empty()) {
+        (Some(_), false) => bail!("--sweep and --eps cannot be combined"),
+        (None, false) => Ok(Some(("eps".to_owned(), args.eps.clone()))),
+        (None, true) => Ok(None),
+        (Some(s), true) => {
+            let (key, vals) = s
+                .split_once('=')
+                .with_context(|| format!("--sweep {s:?}: expected key=v1,v2,..."))?;
+            let vals = vals
+                .split(',')
+                .map(|v| {
+                    v.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite())
+                        .with_context(|| format!("--sweep {key}: {v:?} is not a finite number"))
+                })
+                .collect::<anyhow::Result<Vec<f64>>>()?;
+            Ok(Some((key.trim().to_owned(), vals)))
+        }
+    }
+}
+
+fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
+    let predefined = match args.folds {
+        FoldScheme::Predefined => true,
+        FoldScheme::Random => false,
+        FoldScheme::Auto => args.data.is_dir() && movielens::has_predefined_folds(&args.data),
+    };
+    let (mut folds, scale) = if predefined {
+        let f = folds::predefined_ml100k(&args.data)?;
+        (f.folds, f.scale)
+    } else {
+        let file = movielens::ratings_file(&args.data)?;
+        let ds = movielens::load(&file, args.format, None)?;
+        (
+            folds::random_kfold(&ds.ratings, args.k, args.seed)?,
+            ds.scale,
+        )
+    };
+    if let Some(m) = args.max_folds {
+        folds.truncate(m.max(1));
+    }
+    Ok((folds, scale))
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let sweep = parse_sweep(&args)?;
+    // Build every trainer first, so a bad parameter fails before any work is done.
+    let mut jobs = Vec::new();
+    for spec in &args.trainers {
+        let (name, own) = parse_trainer(spec);
+        let points: Vec<Option<f64>> = match &sweep {
+            Some((_, vals)) => vals.iter().map(|&v| Some(v)).collect(),
+            None => vec![None],
+        };
+        for point in points {
+            // The trainer's own parameters come last, so they override the shared ones.
+            let mut p = Params::parse(&[args.params.as_slice(), own.as_slice()].concat())?;
+            let sweep_point = match (&sweep, point) {
+                (Some((key, _)), Some(v)) => {
+                    p.set(key, &v.to_string());
+                    Some(SweepPoint {
+                        param: key.clone(),
+                        value: v,
+                    })
+                }
+                _ => None,
+            };
+            let trainer = train::build(&name, &p).with_context(|| format!("--trainer {spec}"))?;
+            jobs.push((spec.clone(), trainer, sweep_point));
+        }
+    }
+    let (folds, scale) = load_folds(&args)?;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new((jobs.len() * folds.len()) as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} folds  {msg}",
+        )
+        .expect("static template"),
+    );
+    let mut runs = Vec::with_capacity(jobs.len());
+    for (spec, trainer, point) in jobs {
+        let label = match &point {
+            Some(s) => format!("{spec} {}={}", s.param, s.value),
+            None => spec.clone(),
+        };
+        bar.set_message(label.clone());
+        let report = eval::cross_validate(
+            trainer.as_ref(),
+            &spec,
+            &folds,
+            scale,
+            args.seed,
+            point,
+            |f| {
+                bar.inc(1);
+                bar.println(format!(
+                    "{label:<28} {:<6} rmse {:.4}  mae {:.4}  train {:.3}s",
+                    f.fold, f.rmse, f.mae, f.train_seconds
+                ));
+            },
+        )?;
+        runs.push(report);
+    }
+    bar.finish_and_clear();
+
+    println!(
+        "{:<40} {:>16} {:>16} {:>16}",
+        "trainer", "RMSE", "MAE", "train s/fold"
+    );
+    for r in &runs {
+        let label = match &r.sweep {
+            Some(s) => format!("{} {}={}", r.label, s.param, s.value),
+            None => r.label.clone(),
+        };
+        println!(
+            "{:<40} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.3} ±{:.3}",
+            label,
+            r.mean.rmse,
+            r.std.rmse,
+            r.mean.mae,
+            r.std.mae,
+            r.mean.train_seconds,
+            r.std.train_seconds
+        );
+    }
+    let report = EvalReport {
+        data: args.data.display().to_string(),
+        folds: args.folds,
+        seed: args.seed,
+        runs,
+    };
+    if let Some(path) = &args.out {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        let title = format!("dprec eval on {}", args.data.display());
+        plot::write_svg(&report.runs, &title, path)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! SVG plots of evaluation reports: RMSE (mean over folds, with +-1 sd bars) against the
+//! swept parameter, one line per trainer; without a sweep, RMSE per fold.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::RunReport;
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// A line of points (x, mean, sd) with its legend label.
+type Series = (String, Vec<(f64, f64, f64)>);
+
+/// Writes an SVG plot of `runs` to `path`.
+pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result<()> {
+    let swept = runs
+        .iter()
+        .find_map(|r| r.sweep.as_ref().map(|s| s.param.clone()));
+    let (x_label, series) = match &swept {
+        Some(param) => (param.clone(), sweep_series(runs)),
+        None => ("fold".to_owned(), fold_series(runs)),
+    };
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .collect();
+    let lows = series.iter().flat_map(|(_, p)| p.iter().map(|x| x.1 - x.2));
+    let highs = series.iter().flat_map(|(_, p)| p.iter().map(|x| x.1 + x.2));
+    let (x0, x1) = bounds(xs.iter().copied());
+    let (y0, y1) = bounds(lows.chain(highs));
+    let log_x = swept.is_some() && x0 > 0.0 && x1 / x0 >= 20.0;
+    let ypad = ((y1 - y0) * 0.1).max(1e-3);
+
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60);
+    let y_range = (y0 - ypad)..(y1 + ypad);
+    if log_x {
+        let mut chart = builder.build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), y_range)?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("{x_label} (log scale)"))
+            .y_desc("test RMSE (mean ± sd over folds)")
+            .draw()?;
+        draw_series(&mut chart, &series)?;
+    } else {
+        let xpad = ((x1 - x0) * 0.05).max(0.5);
+        let mut chart = builder.build_cartesian_2d((x0 - xpad)..(x1 + xpad), y_range)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("test RMSE (mean ± sd over folds)")
+            .draw()?;
+        draw_series(&mut chart, &series)?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn draw_series<'a, X>(
+    chart: &mut ChartContext<
+        'a,
+        SVGBackend<'a>,
+        Cartesian2d<X, plotters::coord::types::RangedCoordf64>,
+    >,
+    series: &[Series],
+) -> anyhow::Result<()>
+where
+    X: Ranged<ValueType = f64>,
+{
+    for (k, (label, pts)) in series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.0, p.1)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|p| Circle::new((p.0, p.1), 4, color.filled())),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        chart
+            .draw_series(pts.iter().filter(|p| p.2 > 0.0).map(|p| {
+                ErrorBar::new_vertical(p.0, p.1 - p.2, p.1, p.1 + p.2, color.stroke_width(1), 8)
+            }))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// One series per trainer (with its non-swept parameters), x = swept value.
+fn sweep_series(runs: &[RunReport]) -> Vec<Series> {
+    let mut by_label: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    for r in runs {
+        let Some(s) = &r.sweep else { continue };
+        by_label
+            .entry(r.label.clone())
+            .or_default()
+            .push((s.value, r.mean.rmse, r.std.rmse));
+    }
+    by_label
+        .into_iter()
+        .map(|(l, mut pts)| {
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (l, pts)
+        })
+        .collect()
+}
+
+/// One series per run, x = fold number.
+fn fold_series(runs: &[RunReport]) -> Vec<Series> {
+    runs.iter()
+        .map(|r| {
+            let pts = r
+                .folds
+                .iter()
+                .enumerate()
+                .map(|(k, f)| ((k + 1) as f64, f.rmse, 0.0))
+                .collect();
+            (r.label.clone(), pts)
+        })
+        .collect()
+}
+
+fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = v.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
+        (l.min(x), h.max(x))
+    });
+    if lo.is_finite() && hi.is_finite() {
+        (lo, hi)
+    } else {
+        (0.0, 1.0)
+    }
+}
