@@ -7,6 +7,11 @@
 #                     ../shared/datasets/ml-100k relative to the repo root)
 #   --out FILE        markdown table to write (default: bench/out/compare.md)
 #   --surprise-only   run only the Surprise half (no cargo build, no dprec runs)
+# Environment:
+#   DPREC_ML100K_DIR  default for --data
+#   DPREC_BIN         use this dprec binary instead of building target/release/dprec
+#   CARGO_TARGET_DIR  honoured when locating the release binary
+#   RAYON_NUM_THREADS passed through to dprec (recorded in the table's notes)
 #
 # Everything Surprise and dprec write goes to bench/out/ (gitignored).
 set -euo pipefail
@@ -39,7 +44,7 @@ while [[ $# -gt 0 ]]; do
         --data) [[ $# -ge 2 ]] || die "--data needs a directory"; DATA_DIR="$2"; shift 2 ;;
         --out) [[ $# -ge 2 ]] || die "--out needs a file"; OUT_MD="$2"; shift 2 ;;
         --surprise-only) SURPRISE_ONLY=1; shift ;;
-        -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -77,8 +82,11 @@ fi
 "$PY" -m pip freeze 2>/dev/null | grep -Ei '^(scikit-surprise|numpy)==' >&2 || true
 
 # --- 2. Build dprec -----------------------------------------------------------
-DPREC="$REPO_ROOT/target/release/dprec"
-if [[ "$SURPRISE_ONLY" -eq 0 ]]; then
+if [[ -n "${DPREC_BIN:-}" ]]; then
+    DPREC="$DPREC_BIN"
+    [[ "$SURPRISE_ONLY" -eq 1 || -x "$DPREC" ]] || die "DPREC_BIN=$DPREC is not an executable"
+elif [[ "$SURPRISE_ONLY" -eq 0 ]]; then
+    DPREC="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/dprec"
     step "cargo build --release"
     (cd "$REPO_ROOT" && cargo build --release) || die "cargo build --release failed"
     [[ -x "$DPREC" ]] || die "$DPREC missing after the build"
@@ -92,6 +100,7 @@ step "Surprise: SVD(n_factors=20), SVD() default, BaselineOnly() on u1..u5"
 
 # --- 4. dprec on the same folds -----------------------------------------------
 TABLE_ARGS=(--surprise "$SURPRISE_JSON")
+FAILED=()
 run_dprec() {  # run_dprec NAME TRAINER "k=v k=v ..."
     local name="$1" trainer="$2" params="$3" out="$OUT_DIR/dprec-$1.json" p
     local args=(eval --data "$DATA_DIR" --folds predefined --trainer "$trainer" --seed "$SEED" --out "$out")
@@ -104,6 +113,7 @@ run_dprec() {  # run_dprec NAME TRAINER "k=v k=v ..."
         # Keep going: the table still shows Surprise and the other dprec rows.
         echo "compare.sh: warning: dprec $name failed; its row is left out" >&2
         TABLE_ARGS+=(--note "dprec $name (${args[*]}) failed; no row.")
+        FAILED+=("$name")
     fi
 }
 if [[ "$SURPRISE_ONLY" -eq 0 ]]; then
@@ -120,3 +130,7 @@ step "side-by-side table"
 TABLE_ARGS+=(--note "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)")
 TABLE_ARGS+=(--note "RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-unset} (Surprise trains on one thread)")
 "$PY" "$BENCH_DIR/table.py" "${TABLE_ARGS[@]}" --out "$OUT_MD"
+
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+    die "dprec run(s) failed: ${FAILED[*]} (the table above has no row for them)"
+fi

@@ -107,7 +107,7 @@ def collect(doc, source, tag, notes):
         else:
             params = fmt_params(run.get("params"))
             name = f"dprec {trainer}" + (f" ({params})" if params else "")
-        if tag:
+        if tag and tag != trainer:
             name = f"{name} [{tag}]"
         means, folds = run_means(run, notes, name)
         rows.append(
