@@ -40,11 +40,11 @@ impl Default for SgdMf {
         Self {
             d: 100,
             epochs: 40,
-            lr: 0.007,
-            reg: 0.05,
+            lr: 0.005,
+            reg: 0.06,
             reg_bias: 0.02,
             init_sd: 0.1,
-            lr_decay: 0.96,
+            lr_decay: 0.99,
             blocks: 0,
         }
     }

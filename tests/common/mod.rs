@@ -1,0 +1,75 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use dprec::data::Ratings;
+use rand::Rng;
+use rand_distr::{Distribution, Normal};
+
+/// The MovieLens-100K directory: `$DPREC_ML100K_DIR`, else `../shared/datasets/ml-100k`
+/// beside the repository. `None` (with a visible message) when absent, unless
+/// `DPREC_REQUIRE_DATA=1` (CI), where a missing data set fails the test.
+pub fn ml100k_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("DPREC_ML100K_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/ml-100k")
+        });
+    if dir.join("u1.base").is_file() {
+        return Some(dir);
+    }
+    if std::env::var("DPREC_REQUIRE_DATA").as_deref() == Ok("1") {
+        panic!(
+            "{test}: MovieLens-100K not found at {} and DPREC_REQUIRE_DATA=1",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED {test}: MovieLens-100K not found at {} (set DPREC_ML100K_DIR)",
+        dir.display()
+    );
+    None
+}
+
+/// A small low-rank rating set: r = 3 + b_u + b_i + p_u . q_i + noise, clamped to 1..5,
+/// with each (user, item) pair observed with probability `density`. Returns (train, test)
+/// split 80/20 at random.
+pub fn low_rank(
+    n_users: u32,
+    n_items: u32,
+    rank: usize,
+    density: f64,
+    seed: u64,
+) -> (Ratings, Ratings) {
+    let mut rng = dprec::rng::seeded(seed);
+    let n = Normal::new(0.0, 1.0).unwrap();
+    // Per-component sd so that p_u . q_i has sd 0.8.
+    let f = (0.8 / (rank as f64).sqrt()).sqrt();
+    let p: Vec<Vec<f64>> = (0..n_users)
+        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
+        .collect();
+    let q: Vec<Vec<f64>> = (0..n_items)
+        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
+        .collect();
+    let bu: Vec<f64> = (0..n_users).map(|_| 0.3 * n.sample(&mut rng)).collect();
+    let bi: Vec<f64> = (0..n_items).map(|_| 0.4 * n.sample(&mut rng)).collect();
+    let mut train = Ratings::with_dims(n_users as usize, n_items as usize);
+    let mut test = Ratings::with_dims(n_users as usize, n_items as usize);
+    for u in 0..n_users {
+        for i in 0..n_items {
+            if !rng.random_bool(density) {
+                continue;
+            }
+            let (uu, ii) = (u as usize, i as usize);
+            let dot: f64 = p[uu].iter().zip(&q[ii]).map(|(a, b)| a * b).sum();
+            let v = (3.0 + bu[uu] + bi[ii] + dot + 0.3 * n.sample(&mut rng)).clamp(1.0, 5.0);
+            if rng.random_bool(0.8) {
+                train.push(u, i, v as f32);
+            } else {
+                test.push(u, i, v as f32);
+            }
+        }
+    }
+    (train, test)
+}
