@@ -208,16 +208,43 @@ pub struct GridRelease {
     pub scale: Rational,
 }
 
+/// Releases an integer query `steps` (a value in grid units) with eps-DP: adds discrete
+/// Laplace noise with scale `t >= sensitivity_steps/eps` (rounded up to a rational), so
+/// the release is `sensitivity_steps/t <= eps`-DP. Returns the noisy integer and `t`.
+///
+/// This is the preferred entry point: accumulate sums directly in integer grid units
+/// (e.g. ratings times 2 for a 0.5 step) so no floating-point rounding is involved.
+pub fn release_steps<R: Rng + ?Sized>(
+    steps: i64,
+    sensitivity_steps: u64,
+    eps: f64,
+    rng: &mut R,
+) -> Result<(i64, Rational)> {
+    let eps = check_positive("eps", eps)?;
+    if sensitivity_steps == 0 {
+        return Err(invalid("sensitivity_steps", 0, "must be >= 1"));
+    }
+    let scale = Rational::at_least(sensitivity_steps as f64 / eps)?;
+    let noise = discrete_laplace(scale, rng)?;
+    let noisy = steps
+        .checked_add(noise)
+        .ok_or_else(|| PrivacyError::Numerical {
+            what: "release_steps",
+            reason: "noisy value overflows i64 grid units".to_string(),
+        })?;
+    Ok((noisy, scale))
+}
+
 /// Releases a real query `value` that lives on the grid `step * Z` (e.g. a sum of
-/// ratings in units of the rating step) with eps-DP.
+/// ratings in units of the rating step) with eps-DP, via [`release_steps`].
 ///
 /// `sensitivity_steps` is the largest change of `value / step` between neighbours, in
 /// grid steps: for a sum of ratings in `[r_min, r_max]` on a `step` grid under add/remove
 /// of one rating it is `max(|r_min|, |r_max|) / step` (e.g. 10 for ratings 0.5..5 step
-/// 0.5); for a count it is 1. The noise is discrete Laplace with scale
-/// `t >= sensitivity_steps/eps` (rounded up to a rational), so the release is
-/// `sensitivity_steps/t <= eps`-DP. `value` must be on the grid (within 1e-6 steps), so
-/// that the integer query, and hence the sensitivity, is the one claimed.
+/// 0.5; under value replacement it is `(r_max - r_min)/step`); for a count it is 1.
+/// `value / step` must be within 1e-3 of an integer of magnitude `< 2^53` (so the
+/// rounding recovers the exact integer query whose sensitivity is claimed); off-grid
+/// values are rejected rather than silently rounded.
 pub fn release_on_grid<R: Rng + ?Sized>(
     value: f64,
     step: f64,
@@ -227,34 +254,23 @@ pub fn release_on_grid<R: Rng + ?Sized>(
 ) -> Result<GridRelease> {
     let value = check_finite("value", value)?;
     let step = check_positive("step", step)?;
-    let eps = check_positive("eps", eps)?;
-    if sensitivity_steps == 0 {
-        return Err(invalid("sensitivity_steps", 0, "must be >= 1"));
-    }
     let units = value / step;
     let k = units.round();
-    if !k.is_finite() || (units - k).abs() > 1e-6 {
+    if !k.is_finite() || k.abs() >= (1u64 << 53) as f64 {
+        return Err(invalid(
+            "value",
+            value,
+            "too large in grid units (max 2^53)",
+        ));
+    }
+    if (units - k).abs() > 1e-3 {
         return Err(invalid(
             "value",
             value,
             "must be an integer multiple of step",
         ));
     }
-    if k.abs() >= (1u64 << 62) as f64 {
-        return Err(invalid(
-            "value",
-            value,
-            "too large in grid units (max 2^62)",
-        ));
-    }
-    let scale = Rational::at_least(sensitivity_steps as f64 / eps)?;
-    let noise = discrete_laplace(scale, rng)?;
-    let steps = (k as i64)
-        .checked_add(noise)
-        .ok_or_else(|| PrivacyError::Numerical {
-            what: "release_on_grid",
-            reason: "noisy value overflows i64 grid units".to_string(),
-        })?;
+    let (steps, scale) = release_steps(k as i64, sensitivity_steps, eps, rng)?;
     Ok(GridRelease {
         steps,
         value: steps as f64 * step,
@@ -265,10 +281,8 @@ pub fn release_on_grid<R: Rng + ?Sized>(
 /// eps-DP count (sensitivity 1 under add/remove of one rating), e.g. item popularity for
 /// the cold-start fallback. May be negative; clamping afterwards is post-processing.
 pub fn release_count<R: Rng + ?Sized>(count: u64, eps: f64, rng: &mut R) -> Result<i64> {
-    if count >= 1u64 << 62 {
-        return Err(invalid("count", count, "must be < 2^62"));
-    }
-    Ok(release_on_grid(count as f64, 1.0, 1, eps, rng)?.steps)
+    let k = i64::try_from(count).map_err(|_| invalid("count", count, "must be < 2^63"))?;
+    Ok(release_steps(k, 1, eps, rng)?.0)
 }
 
 #[cfg(test)]
@@ -453,6 +467,15 @@ mod tests {
         // A float sum slightly off the grid (0.1 + 0.2) is accepted as 3 steps of 0.1.
         assert!(release_on_grid(0.1 + 0.2, 0.1, 1, 1.0, &mut rng).is_ok());
         assert!(release_count(u64::MAX, 1.0, &mut rng).is_err());
+        assert!(release_steps(1, 1, 0.0, &mut rng).is_err());
+        // Overflow of the noisy value is an error, never a panic.
+        for _ in 0..20 {
+            let _ = release_steps(i64::MAX, 1, 1.0, &mut rng);
+        }
+        // Counts above 2^53 are handled exactly in integers.
+        let big = (1u64 << 60) + 1;
+        let c = release_count(big, 1e3, &mut rng).unwrap();
+        assert!((c - big as i64).abs() <= 1);
         let c = release_count(100, 1e3, &mut rng).unwrap();
         assert!((99..=101).contains(&c));
         let r = Rational::at_least(2.5).unwrap();

@@ -13,9 +13,9 @@
 //! | objective perturbation of an item's ridge problem (PDP-PMF, DESIGN 2.1) | [`continuous::objective_perturbation`] | density `exp(-eps ||eta|| / Delta)`: norm `Gamma(d, Delta/eps)`, uniform direction |
 //! | client-side perturbation of a rating in `[l, u]` (BLP-MoG-MF) | [`bounded_laplace`] | output must stay in the rating range; scale calibrated from the exact worst-case density ratio |
 //! | user-level LDP gradient report (Private-GD) | [`local::one_bit_report`] | two-point output, unbiased |
-//! | LDP item-indicator perturbation (Private-GD section 4.1) | [`local::randomized_response`] | warner-style randomized response, unbiased estimator [`local::rr_unbiased_estimate`] |
+//! | LDP item-indicator perturbation (Private-GD section 4.1) | [`local::randomized_response`] | Warner-style randomized response, unbiased estimator [`local::rr_unbiased_estimate`] |
 //! | choosing which ratings enter a release under personalised budgets (PDP-PMF, DESIGN 2.6) | [`sampling`] | Jorgensen-Yu-Cormode sampling mechanism |
-//! | anything RELEASED DIRECTLY as a number (DP popularity counts, DP sums for a global mean) | [`discrete`] | exact integer samplers (Canonne-Kamath-Steinke 2020): the output is an integer, every probability is realised with integer arithmetic on uniform integer draws, so there are no floating-point holes (Mironov 2012) |
+//! | anything RELEASED DIRECTLY as a number (DP popularity counts, DP sums for a global mean) | [`discrete`] ([`discrete::release_steps`], [`discrete::release_count`], [`discrete::release_on_grid`]) | exact integer samplers (Canonne-Kamath-Steinke 2020): the output is an integer, every probability is realised with integer arithmetic on uniform integer draws, so there are no floating-point holes (Mironov 2012) |
 //!
 //! The ratings' privacy preferences `eps_ij` are public metadata (DESIGN 2.7): the
 //! sampling probabilities and thresholds are computed from them in the clear.
@@ -39,7 +39,7 @@ pub use bounded_laplace::{
 pub use continuous::{gaussian, laplace, objective_perturbation};
 pub use discrete::{
     bernoulli_exp, discrete_gaussian, discrete_laplace, release_count, release_on_grid,
-    GridRelease, Rational,
+    release_steps, GridRelease, Rational,
 };
 pub use local::{
     one_bit_bound, one_bit_probability, one_bit_report, randomized_response, rr_flip_probability,

@@ -13,9 +13,11 @@ use super::{check_positive, check_probability, invalid, PrivacyError, Result};
 /// How the sampling threshold `t` is chosen from the (public) preferences.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Threshold {
-    /// Mean of the preferences (the paper's default).
+    /// Mean of the preferences (the paper's default): ratings with `eps_ij >= t` are
+    /// always kept and charged `t`.
     Mean,
-    /// Maximum of the preferences (every rating is then sampled with `pi < 1` or `= 1` at the max).
+    /// Maximum of the preferences: every rating is charged its full `eps_ij`, and all
+    /// ratings below the maximum are subsampled.
     Max,
     /// A fixed value from configuration.
     Fixed(f64),
