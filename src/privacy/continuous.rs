@@ -9,6 +9,10 @@ use rand_distr::{Distribution, Gamma, StandardNormal};
 
 use super::{check_positive, invalid, PrivacyError, Result};
 
+/// Largest dimension accepted by [`objective_perturbation`] (latent factor dimensions
+/// are tens to hundreds; the cap turns an absurd request into an error, not an OOM).
+pub const MAX_DIM: usize = 1 << 20;
+
 /// One draw of Laplace(0, `scale`): density `exp(-|z|/scale) / (2 scale)`.
 ///
 /// Sampled as a random sign times `scale * Exp(1)`, with `Exp(1) = -ln(1 - U)`,
@@ -39,8 +43,8 @@ pub fn objective_perturbation<R: Rng + ?Sized>(
     sensitivity: f64,
     rng: &mut R,
 ) -> Result<Vec<f64>> {
-    if dim == 0 {
-        return Err(invalid("dim", dim, "must be >= 1"));
+    if dim == 0 || dim > MAX_DIM {
+        return Err(invalid("dim", dim, "must be in [1, 2^20]"));
     }
     let eps = check_positive("eps", eps)?;
     let delta = check_positive("sensitivity", sensitivity)?;
@@ -188,6 +192,7 @@ mod tests {
         assert!(gaussian(-1.0, &mut rng).is_err());
         assert!(gaussian(f64::INFINITY, &mut rng).is_err());
         assert!(objective_perturbation(0, 1.0, 1.0, &mut rng).is_err());
+        assert!(objective_perturbation(usize::MAX, 1.0, 1.0, &mut rng).is_err());
         assert!(objective_perturbation(3, f64::NAN, 1.0, &mut rng).is_err());
         assert!(objective_perturbation(3, 1.0, 0.0, &mut rng).is_err());
         assert!(objective_perturbation(3, 1e-320, 1e10, &mut rng).is_err());

@@ -404,7 +404,9 @@ mod tests {
     #[test]
     fn discrete_gaussian_large_sigma_and_validation() {
         let mut rng = seeded(31);
-        // sigma = 2^20: mean ~0 and variance ~sigma^2 within loose bounds (n = 2000).
+        // sigma = 2^20 (the large-integer path): sample variance / sigma^2 within
+        // [0.8, 1.2], i.e. > 6 standard errors (sd sqrt(2/n) = 0.032, n = 2000; false-failure
+        // ~1e-9). A 10% wrong sigma gives 1.21, outside the band.
         let s = Rational::new(1 << 40, 1).unwrap();
         let xs: Vec<f64> = (0..2000)
             .map(|_| discrete_gaussian(s, &mut rng).unwrap() as f64)
