@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | noise inside training whose output is only released after further processing (gradients, SGLD steps) | [`continuous::laplace`], [`continuous::gaussian`] | fast floating-point samplers; the released object is a trained model, not `x + noise` for a single query, so Mironov's low-bit attack on a directly published noisy value does not apply |
 //! | objective perturbation of an item's ridge problem (PDP-PMF, DESIGN 2.1) | [`continuous::objective_perturbation`] | density `exp(-eps ||eta|| / Delta)`: norm `Gamma(d, Delta/eps)`, uniform direction |
-//! | client-side perturbation of a rating in `[l, u]` (BLP-MoG-MF) | [`bounded_laplace`] | output must stay in the rating range; scale calibrated from the exact worst-case density ratio |
+//! | client-side perturbation of a rating in `[l, u]` (BLP-MoG-MF) | [`mod@bounded_laplace`] | output must stay in the rating range; scale calibrated from the exact worst-case density ratio |
 //! | user-level LDP gradient report (Private-GD) | [`local::one_bit_report`] | two-point output, unbiased |
 //! | LDP item-indicator perturbation (Private-GD section 4.1) | [`local::randomized_response`] | Warner-style randomized response, unbiased estimator [`local::rr_unbiased_estimate`] |
 //! | choosing which ratings enter a release under personalised budgets (PDP-PMF, DESIGN 2.6) | [`sampling`] | Jorgensen-Yu-Cormode sampling mechanism |
