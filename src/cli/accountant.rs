@@ -18,12 +18,10 @@ use crate::accountant::{
 /// Arguments of `dprec accountant`.
 #[derive(Debug, Args)]
 #[command(
-    about = "Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters",
-    long_about = "Renyi-DP accountant: composes the RDP curves of the given mechanism \
-                  applications on the fixed order grid (1.1..10.9 step 0.1, 11..63, 128, 256, \
-                  512, 1024) and converts to (eps, delta) with the improved conversion of \
-                  dp_accounting / Opacus. Prints JSON: {eps, delta, best_order, events, \
-                  rdp_curve (with --curve)}."
+    after_help = "Composes the RDP curves of the events on the order grid 1.1..10.9 \
+                  (step 0.1), 11..63, 128, 256, 512, 1024 and converts to (eps, delta) with the \
+                  improved conversion of dp_accounting / Opacus. Prints JSON: {eps, delta, \
+                  best_order, events, rdp_curve (with --curve)}. See docs/ACCOUNTANT.md."
 )]
 pub struct AccountantArgs {
     #[command(subcommand)]
