@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod accountant;
+pub mod synth;
 
 /// dprec: differentially private recommendations with an honest privacy ledger.
 #[derive(Debug, Parser)]
@@ -16,6 +17,9 @@ pub struct Cli {
 pub enum Command {
     /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
     Accountant(accountant::AccountantArgs),
+    /// Seeded synthetic ratings (low rank + biases + noise, power-law popularity) as a
+    /// MovieLens-style CSV.
+    Synth(synth::SynthArgs),
 }
 
 /// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
@@ -23,6 +27,7 @@ pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Accountant(args) => accountant::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
