@@ -94,7 +94,7 @@ fn bar(len: usize, what: &str, show: bool) -> ProgressBar {
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let cfg = args.config();
-    cfg.validate().context("invalid synthetic configuration")?;
+    cfg.validate()?;
     let show = cfg.n_ratings >= PROGRESS_FROM;
 
     let t = Instant::now();
