@@ -126,3 +126,59 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> SynthArgs {
+        let argv = ["dprec", "synth"].iter().chain(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Synth(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_ml100k_preset_with_seed_42() {
+        let a = parse(&["--out", "x.csv"]);
+        assert_eq!(a.preset, Preset::Ml100k);
+        assert_eq!(a.config(), SyntheticConfig::movielens_100k_like());
+        assert!(
+            Cli::try_parse_from(["dprec", "synth"]).is_err(),
+            "--out is required"
+        );
+    }
+
+    #[test]
+    fn flags_override_the_preset() {
+        let a = parse(&[
+            "--preset",
+            "ml20m",
+            "--ratings",
+            "50000",
+            "--items",
+            "900",
+            "--rank",
+            "4",
+            "--noise",
+            "0.3",
+            "--seed",
+            "7",
+            "--out",
+            "x.csv",
+        ]);
+        let c = a.config();
+        let scaled = SyntheticConfig::movielens_20m_like().scaled(50_000);
+        assert_eq!(
+            (c.n_users, c.n_items, c.n_ratings),
+            (scaled.n_users, 900, 50_000)
+        );
+        assert_eq!((c.rank, c.noise_sd, c.seed), (4, 0.3, 7));
+        assert_eq!(c.scale.step, 0.5);
+        c.validate().unwrap();
+    }
+}

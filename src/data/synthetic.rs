@@ -121,9 +121,9 @@ impl SyntheticConfig {
 
     /// The same configuration resized to `n_ratings`: users scale with the number of
     /// ratings (mean activity is kept) and items with its square root (larger data sets
-    /// are sparser, as real catalogues are). Sizes are bounded below so the result stays
-    /// feasible: every user can hold `min_ratings_per_user` distinct items and the total
-    /// fits in half the user x item grid.
+    /// are sparser, as real catalogues are). Sizes are bounded so the result stays
+    /// feasible whenever `n_ratings >= min_ratings_per_user`: every user gets at least
+    /// the minimum and the total fits in half the user x item grid.
     pub fn scaled(&self, n_ratings: usize) -> Self {
         let f = n_ratings as f64 / self.n_ratings.max(1) as f64;
         let min = self.min_ratings_per_user;
@@ -480,7 +480,12 @@ impl<'a> Model<'a> {
         s.keys
             .extend(self.weights.iter().enumerate().map(|(i, &w)| {
                 let u: f64 = 1.0 - r.random::<f64>(); // (0, 1]
-                (u.ln() / w, i as u32)
+                let key = if w > 0.0 {
+                    u.ln() / w
+                } else {
+                    f64::NEG_INFINITY
+                };
+                (key, i as u32)
             }));
         s.keys
             .select_nth_unstable_by(c - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
