@@ -45,7 +45,8 @@ pub struct RatingScale {
 impl RatingScale {
     /// Builds a scale, rejecting empty or non-finite ranges.
     pub fn new(min: f64, max: f64, step: f64) -> Result<Self, DataError> {
-        if !(min.is_finite() && max.is_finite() && step.is_finite()) || min >= max || step < 0.0 {
+        if !(min.is_finite() && max.is_finite() && step.is_finite()) || min >= max || step < 0.0
+        {
             return Err(DataError::Invalid(format!(
                 "invalid rating scale [{min}, {max}] step {step}"
             )));
