@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 pub mod accountant;
 pub mod eval;
+pub mod synth;
 
 /// dprec: differentially private recommendations with an honest privacy ledger.
 #[derive(Debug, Parser)]
@@ -19,6 +20,9 @@ pub enum Command {
     Eval(Box<eval::EvalArgs>),
     /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
     Accountant(accountant::AccountantArgs),
+    /// Seeded synthetic ratings (low rank + biases + noise, power-law popularity) as a
+    /// MovieLens-style CSV.
+    Synth(synth::SynthArgs),
 }
 
 /// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
@@ -27,6 +31,7 @@ pub fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Eval(args) => eval::run(*args),
         Command::Accountant(args) => accountant::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
