@@ -48,8 +48,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Trainer to evaluate, as NAME or NAME:key=value,key=value. Repeat to compare
-    /// several. Names: baseline, sgd-mf, als-mf.
-    #[arg(long = "trainer", required = true)]
+    /// several. See --help for the names and their parameters.
+    #[arg(long = "trainer", required = true, long_help = trainer_help())]
     pub trainers: Vec<String>,
     /// A key=value parameter given to every trainer (repeatable); unknown keys are errors.
     #[arg(long = "param")]
@@ -69,6 +69,13 @@ pub struct EvalArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+}
+
+fn trainer_help() -> String {
+    format!(
+        "Trainer to evaluate, as NAME or NAME:key=value,key=value. Repeat to compare several.\n\n{}",
+        train::describe()
+    )
 }
 
 /// The JSON report written by `--out`.

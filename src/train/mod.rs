@@ -69,6 +69,22 @@ pub const TRAINERS: &[(&str, &str)] = &[
     ),
 ];
 
+/// One paragraph per trainer: name, description and parameters with their defaults
+/// (taken from the trainers themselves, so help text cannot drift from the code).
+pub fn describe() -> String {
+    let mut out = String::new();
+    for (name, about) in TRAINERS {
+        out.push_str(&format!("  {name}: {about}\n"));
+        if let Ok(t) = build(name, &Params::new()) {
+            if let serde_json::Value::Object(m) = t.params() {
+                let defaults: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                out.push_str(&format!("      defaults: {}\n", defaults.join(" ")));
+            }
+        }
+    }
+    out
+}
+
 pub fn names() -> Vec<&'static str> {
     TRAINERS.iter().map(|(n, _)| *n).collect()
 }
