@@ -2,7 +2,7 @@
 //!
 //! Every randomised routine in dprec takes `&mut impl Rng` (or a [`DpRng`]) so that tests
 //! and experiments can pass a seeded generator. Production noise comes from
-//! [`DpRng::from_os`]: ChaCha20 (a cryptographically secure stream cipher) keyed from
+//! [`from_os`]: ChaCha20 (a cryptographically secure stream cipher) keyed from
 //! the operating system's entropy source. Seeded runs use the same generator type keyed
 //! from the seed, so the code path is identical and only the key differs.
 

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::data::folds::Fold;
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng;
-use crate::train::{TrainData, TrainError, Trainer};
+use crate::train::charges::ChargeSummary;
+use crate::train::{Guarantee, TrainData, TrainError, Trainer};
 
 /// Root mean squared error of `pred` against the values of `truth`.
 pub fn rmse(pred: &[f64], truth: &Ratings) -> f64 {
@@ -45,7 +46,14 @@ pub struct FoldResult {
     pub prep_seconds: f64,
     pub n_train: usize,
     pub n_test: usize,
+    /// What the run charged (absent for non-private trainers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<ChargeSummary>,
+    pub guarantee: Guarantee,
 }
+
+/// The delta at which per-user RDP charges are reported as (eps, delta) in eval reports.
+pub const REPORT_DELTA: f64 = 1e-5;
 
 /// Mean or standard deviation of the fold results.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -90,15 +98,21 @@ pub fn evaluate_fold(
     let start = Instant::now();
     let matrix = Interactions::new(&fold.train);
     let prep_seconds = start.elapsed().as_secs_f64();
-    let data = TrainData {
-        ratings: &fold.train,
-        matrix: &matrix,
-        scale,
-    };
+    let data = TrainData::new(&fold.train, &matrix, scale);
     let start = Instant::now();
     let fitted = trainer.fit(&data, &mut rng)?;
     let train_seconds = start.elapsed().as_secs_f64();
     let pred = fitted.model.predict_all(&fold.test);
+    let privacy = if fitted.charges.is_empty() {
+        None
+    } else {
+        Some(
+            fitted
+                .charges
+                .summary(fold.train.len(), REPORT_DELTA)
+                .map_err(|e| TrainError::Numerical(format!("accounting the charges: {e}")))?,
+        )
+    };
     Ok(FoldResult {
         fold: fold.name.clone(),
         rmse: rmse(&pred, &fold.test),
@@ -107,6 +121,8 @@ pub fn evaluate_fold(
         prep_seconds,
         n_train: fold.train.len(),
         n_test: fold.test.len(),
+        privacy,
+        guarantee: fitted.guarantee,
     })
 }
 
@@ -197,6 +213,8 @@ mod tests {
             prep_seconds: 0.0,
             n_train: 0,
             n_test: 0,
+            privacy: None,
+            guarantee: Guarantee::NonPrivate,
         };
         let (m, s) = summarize(&[f(1.0), f(3.0)]);
         assert_eq!(m.rmse, 2.0);

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
 use super::linalg::cholesky_solve;
-use super::{FactorModel, Fitted, Params, TrainData, TrainError, Trainer};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::data::Compressed;
 use crate::rng::DpRng;
 
@@ -120,6 +120,10 @@ impl Trainer for AlsMf {
         "als-mf"
     }
 
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::NonPrivate
+    }
+
     fn params(&self) -> serde_json::Value {
         serde_json::json!({
             "d": self.d, "epochs": self.epochs, "reg": self.reg,
@@ -169,6 +173,6 @@ impl Trainer for AlsMf {
             item_factors: Array2::from_shape_vec((ni, d), q).expect("shape"),
             scale: data.scale,
         };
-        Ok(Fitted { model })
+        Ok(Fitted::non_private(model))
     }
 }

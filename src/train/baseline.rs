@@ -1,7 +1,7 @@
 //! Biases-only baseline: r_ui ~ mu + b_u + b_i, fitted by alternating closed-form
 //! ridge updates (the "BaselineOnly" of Koren 2010 / Surprise, ALS flavour).
 
-use super::{FactorModel, Fitted, Params, TrainData, TrainError, Trainer};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::data::Interactions;
 use crate::rng::DpRng;
 
@@ -75,6 +75,10 @@ impl Trainer for Baseline {
         "baseline"
     }
 
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::NonPrivate
+    }
+
     fn params(&self) -> serde_json::Value {
         serde_json::json!({"reg_item": self.reg_item, "reg_user": self.reg_user, "epochs": self.epochs})
     }
@@ -95,6 +99,6 @@ impl Trainer for Baseline {
             model.user_bias.as_slice_mut().expect("contiguous"),
             model.item_bias.as_slice_mut().expect("contiguous"),
         );
-        Ok(Fitted { model })
+        Ok(Fitted::non_private(model))
     }
 }

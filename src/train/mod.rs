@@ -6,11 +6,13 @@
 
 pub mod als;
 pub mod baseline;
+pub mod charges;
 pub mod linalg;
 pub mod model;
 pub mod params;
 pub mod sgd;
 
+pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
 
@@ -30,17 +32,51 @@ pub enum TrainError {
     Numerical(String),
 }
 
-/// Training input: the ratings, both sparse views, and the rating scale.
+/// Training input: the ratings, both sparse views, the rating scale, and what the
+/// curator knows beyond the ratings.
 pub struct TrainData<'a> {
     pub ratings: &'a Ratings,
     pub matrix: &'a Interactions,
     pub scale: RatingScale,
+    /// Per-rating privacy budget this release may spend (the eps_ij share the ledger
+    /// allows), aligned with `ratings`. `None`: the trainer's own eps parameters apply.
+    /// Preferences are public metadata (DESIGN 2.7).
+    pub budgets: Option<&'a [f64]>,
+    /// The last published DP model, if any. Its release was charged already, so its
+    /// factors are public inputs (post-processing), e.g. the public V of a user step.
+    pub prior: Option<&'a FactorModel>,
 }
 
-/// What a training run produced.
+impl<'a> TrainData<'a> {
+    /// Input with no budgets and no prior model (evaluation, baselines).
+    pub fn new(ratings: &'a Ratings, matrix: &'a Interactions, scale: RatingScale) -> Self {
+        Self {
+            ratings,
+            matrix,
+            scale,
+            budgets: None,
+            prior: None,
+        }
+    }
+}
+
+/// What a training run produced: the model and the exact charges it incurred.
 #[derive(Debug, Clone)]
 pub struct Fitted {
     pub model: FactorModel,
+    pub charges: ReleaseCharges,
+    pub guarantee: Guarantee,
+}
+
+impl Fitted {
+    /// A non-private model: no charges, no claim.
+    pub fn non_private(model: FactorModel) -> Self {
+        Self {
+            model,
+            charges: ReleaseCharges::default(),
+            guarantee: Guarantee::NonPrivate,
+        }
+    }
 }
 
 /// A training method with its hyper-parameters.
@@ -49,6 +85,14 @@ pub trait Trainer: Send + Sync {
     fn name(&self) -> &'static str;
     /// The effective hyper-parameters (after defaults), for reports.
     fn params(&self) -> serde_json::Value;
+    /// The claim this trainer's output carries; only [`Guarantee::Proven`] may be served.
+    fn guarantee(&self) -> Guarantee;
+    /// The RDP event each participating user will be charged by one release, known before
+    /// training so the curator can leave out users whose Renyi filter would not admit it.
+    /// `None` when the trainer charges no per-user RDP.
+    fn planned_user_event(&self) -> Option<crate::accountant::PrivacyEvent> {
+        None
+    }
     /// Trains on `data`; all randomness comes from `rng`.
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError>;
 }

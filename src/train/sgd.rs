@@ -15,7 +15,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
-use super::{FactorModel, Fitted, Params, TrainData, TrainError, Trainer};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::rng::{self, DpRng};
 
 #[derive(Debug, Clone)]
@@ -260,6 +260,10 @@ impl Trainer for SgdMf {
         "sgd-mf"
     }
 
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::NonPrivate
+    }
+
     fn params(&self) -> serde_json::Value {
         serde_json::json!({
             "d": self.d, "epochs": self.epochs, "lr": self.lr, "reg": self.reg,
@@ -352,6 +356,6 @@ impl Trainer for SgdMf {
             item_factors: Array2::from_shape_vec((ni, d), items.unblock(&q, d)).expect("shape"),
             scale: data.scale,
         };
-        Ok(Fitted { model })
+        Ok(Fitted::non_private(model))
     }
 }

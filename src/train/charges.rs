@@ -1,0 +1,151 @@
+//! What a training run cost, as data: the charges the ledger records before the model is
+//! served (DESIGN 3-4). Trainers never compute a user's (eps, delta) themselves; they
+//! report mechanisms and [`PrivacyEvent`]s and the accountant composes them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+
+/// The unit of privacy a charge protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrivacyUnit {
+    /// One rating (user i, item j): the default unit.
+    Rating,
+    /// A user's whole rating vector (user-level DP, e.g. Private-GD).
+    User,
+}
+
+/// The neighbouring relation the guarantee is stated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Neighbour {
+    /// One unit added or removed.
+    AddRemove,
+    /// One unit's value replaced (the indicator of which ratings exist is fixed).
+    Replace,
+}
+
+/// How far the output's privacy claim is proven for the code that ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// No privacy claim (baselines). Never served unless explicitly allowed.
+    NonPrivate,
+    /// The charges are proven for this code (DESIGN 2); the only kind the ledger accepts.
+    Proven,
+    /// Faithful to a paper whose proof does not cover the code; see [`PAPER_FAITHFUL`].
+    /// Never served, never used to justify a ledger charge.
+    PaperClaimed,
+}
+
+/// The label every paper-faithful trainer's output carries.
+pub const PAPER_FAITHFUL: &str =
+    "paper-faithful: guarantee as claimed by the paper, not proven for this code";
+
+/// One mechanism a release ran, with its parameters, unit and neighbour relation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MechanismRecord {
+    pub name: String,
+    pub params: serde_json::Value,
+    pub unit: PrivacyUnit,
+    pub neighbour: Neighbour,
+}
+
+/// A pure-DP charge to one rating's eps_ij ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RatingCharge {
+    /// Position of the rating in the training [`crate::data::Ratings`].
+    pub position: u32,
+    pub eps: f64,
+}
+
+/// An RDP charge to one user's ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserCharge {
+    /// Dense user index of the training data.
+    pub user: u32,
+    pub event: PrivacyEvent,
+}
+
+/// Everything one release charges. Empty for non-private trainers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseCharges {
+    pub mechanisms: Vec<MechanismRecord>,
+    pub ratings: Vec<RatingCharge>,
+    pub users: Vec<UserCharge>,
+}
+
+/// A summary of a release's charges for reports: per-rating eps and per-user (eps, delta).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ChargeSummary {
+    pub ratings_charged: usize,
+    pub max_rating_eps: f64,
+    pub mean_rating_eps: f64,
+    pub users_charged: usize,
+    /// The largest per-user eps at `delta`, from the composed RDP curve of that user.
+    pub max_user_eps: f64,
+    pub delta: f64,
+}
+
+impl ReleaseCharges {
+    pub fn is_empty(&self) -> bool {
+        self.ratings.is_empty() && self.users.is_empty()
+    }
+
+    /// Appends another set of charges (e.g. a later step of the same release).
+    pub fn extend(&mut self, other: ReleaseCharges) {
+        self.mechanisms.extend(other.mechanisms);
+        self.ratings.extend(other.ratings);
+        self.users.extend(other.users);
+    }
+
+    /// Total pure-DP eps charged to each rating position (`n` = number of ratings).
+    pub fn rating_totals(&self, n: usize) -> Vec<f64> {
+        let mut t = vec![0.0; n];
+        for c in &self.ratings {
+            t[c.position as usize] += c.eps;
+        }
+        t
+    }
+
+    /// The events charged to each user, grouped by user index.
+    pub fn user_events(&self) -> std::collections::BTreeMap<u32, Vec<PrivacyEvent>> {
+        let mut m: std::collections::BTreeMap<u32, Vec<PrivacyEvent>> = Default::default();
+        for c in &self.users {
+            m.entry(c.user).or_default().push(c.event.clone());
+        }
+        m
+    }
+
+    /// Summary for reports; user eps via the accountant at `delta`.
+    pub fn summary(&self, n_ratings: usize, delta: f64) -> anyhow::Result<ChargeSummary> {
+        let totals = self.rating_totals(n_ratings);
+        let charged: Vec<f64> = totals.iter().copied().filter(|&e| e > 0.0).collect();
+        let orders = default_orders();
+        let mut max_user_eps: f64 = 0.0;
+        let per_user = self.user_events();
+        // Users charged the same events have the same eps: compute each distinct list once.
+        let mut seen: Vec<&Vec<PrivacyEvent>> = Vec::new();
+        for events in per_user.values() {
+            if seen.contains(&events) {
+                continue;
+            }
+            seen.push(events);
+            let curve = compose_events(events, &orders)?;
+            max_user_eps = max_user_eps.max(eps_from_rdp(&curve, delta)?.eps);
+        }
+        Ok(ChargeSummary {
+            ratings_charged: charged.len(),
+            max_rating_eps: charged.iter().copied().fold(0.0, f64::max),
+            mean_rating_eps: if charged.is_empty() {
+                0.0
+            } else {
+                charged.iter().sum::<f64>() / charged.len() as f64
+            },
+            users_charged: per_user.len(),
+            max_user_eps,
+            delta,
+        })
+    }
+}
