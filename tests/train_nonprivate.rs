@@ -9,11 +9,7 @@ use dprec::train::{build, FactorModel, Params, TrainData};
 
 fn fit(name: &str, params: &[&str], train: &dprec::data::Ratings, seed: u64) -> FactorModel {
     let m = Interactions::new(train);
-    let data = TrainData {
-        ratings: train,
-        matrix: &m,
-        scale: RatingScale::ONE_TO_FIVE,
-    };
+    let data = TrainData::new(train, &m, RatingScale::ONE_TO_FIVE);
     let t = build(name, &Params::parse(params).unwrap()).unwrap();
     t.fit(&data, &mut dprec::rng::seeded(seed)).unwrap().model
 }
