@@ -11,7 +11,7 @@ use crate::data::folds::{self, Fold};
 use crate::data::movielens::{self, Format};
 use crate::data::RatingScale;
 use crate::eval::{self, plot, RunReport, SweepPoint};
-use crate::train::{self, Params};
+use crate::train::{self, ParamError, Params, TrainError};
 
 /// Which folds to evaluate on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -154,25 +154,36 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let mut jobs = Vec::new();
     for spec in &args.trainers {
         let (name, own) = parse_trainer(spec);
-        let points: Vec<Option<f64>> = match &sweep {
-            Some((_, vals)) => vals.iter().map(|&v| Some(v)).collect(),
-            None => vec![None],
+        // The trainer's own parameters come last, so they override the shared ones.
+        let base = Params::parse(&[args.params.as_slice(), own.as_slice()].concat())?;
+        let Some((key, values)) = &sweep else {
+            let trainer =
+                train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
+            jobs.push((spec.clone(), trainer, None));
+            continue;
         };
-        for point in points {
-            // The trainer's own parameters come last, so they override the shared ones.
-            let mut p = Params::parse(&[args.params.as_slice(), own.as_slice()].concat())?;
-            let sweep_point = match (&sweep, point) {
-                (Some((key, _)), Some(v)) => {
-                    p.set(key, &v.to_string());
+        for &v in values {
+            let mut p = base.clone();
+            p.set(key, &v.to_string());
+            match train::build(&name, &p) {
+                Ok(trainer) => jobs.push((
+                    spec.clone(),
+                    trainer,
                     Some(SweepPoint {
                         param: key.clone(),
                         value: v,
-                    })
+                    }),
+                )),
+                // A trainer without the swept parameter (e.g. a non-private baseline in an
+                // eps sweep) runs once, as a reference line.
+                Err(TrainError::Param(ParamError::Unknown { unknown, .. })) if unknown == *key => {
+                    let trainer =
+                        train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
+                    jobs.push((spec.clone(), trainer, None));
+                    break;
                 }
-                _ => None,
-            };
-            let trainer = train::build(&name, &p).with_context(|| format!("--trainer {spec}"))?;
-            jobs.push((spec.clone(), trainer, sweep_point));
+                Err(e) => return Err(e).with_context(|| format!("--trainer {spec}")),
+            }
         }
     }
     let (folds, scale) = load_folds(&args)?;
@@ -203,10 +214,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             point,
             |f| {
                 bar.inc(1);
-                bar.println(format!(
+                let line = format!(
                     "{label:<28} {:<6} rmse {:.4}  mae {:.4}  train {:.3}s",
                     f.fold, f.rmse, f.mae, f.train_seconds
-                ));
+                );
+                // Per-fold lines go above the bar on a terminal, else plainly to stderr.
+                if !bar.is_hidden() {
+                    bar.println(line);
+                } else if !args.quiet {
+                    eprintln!("{line}");
+                }
             },
         )?;
         runs.push(report);

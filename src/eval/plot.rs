@@ -25,10 +25,25 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
     let swept = runs
         .iter()
         .find_map(|r| r.sweep.as_ref().map(|s| s.param.clone()));
-    let (x_label, series) = match &swept {
+    let (x_label, mut series) = match &swept {
         Some(param) => (param.clone(), sweep_series(runs)),
         None => ("fold".to_owned(), fold_series(runs)),
     };
+    // In a sweep, runs without the swept parameter (e.g. non-private baselines) are
+    // reference lines drawn flat across the swept range.
+    if swept.is_some() {
+        let xs: Vec<f64> = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|x| x.0))
+            .collect();
+        let (lo, hi) = bounds(xs.into_iter());
+        for r in runs.iter().filter(|r| r.sweep.is_none()) {
+            series.push((
+                format!("{} (reference)", r.label),
+                vec![(lo, r.mean.rmse, 0.0), (hi, r.mean.rmse, 0.0)],
+            ));
+        }
+    }
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.0))
@@ -60,11 +75,28 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
     } else {
         let xpad = ((x1 - x0) * 0.05).max(0.5);
         let mut chart = builder.build_cartesian_2d((x0 - xpad)..(x1 + xpad), y_range)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc("test RMSE (mean ± sd over folds)")
-            .draw()?;
+        // Without a sweep the x axis is the fold: label whole positions with fold names.
+        let fold_names: Vec<String> = runs
+            .first()
+            .map(|r| r.folds.iter().map(|f| f.fold.clone()).collect())
+            .unwrap_or_default();
+        let fold_label = |x: &f64| {
+            let k = x.round();
+            match fold_names.get(k as usize - 1) {
+                Some(name) if (x - k).abs() < 1e-6 && k >= 1.0 => name.clone(),
+                _ => String::new(),
+            }
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_label);
+        if swept.is_some() {
+            mesh.y_desc("test RMSE (mean ± sd over folds)");
+        } else {
+            mesh.y_desc("test RMSE")
+                .x_labels(fold_names.len() * 2 + 3)
+                .x_label_formatter(&fold_label);
+        }
+        mesh.draw()?;
         draw_series(&mut chart, &series)?;
     }
     root.present()?;
