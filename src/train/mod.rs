@@ -7,6 +7,7 @@
 pub mod als;
 pub mod baseline;
 pub mod charges;
+pub mod dp_stats;
 pub mod linalg;
 pub mod model;
 pub mod params;
