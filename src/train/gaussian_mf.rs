@@ -108,8 +108,9 @@ pub fn calibrate_noise_multiplier(eps: f64, delta: f64, steps: u64) -> Result<f6
     Ok(hi)
 }
 
-/// The paper's Theorem 2 (eq. 9): eps_opt = J eps_i^2 / (4 ln(1.25/delta))
-/// + 2 sqrt(J eps_i^2 ln(1/delta_r) / (4 ln(1.25/delta))). It is the classic RDP
+/// The paper's Theorem 2 (eq. 9):
+/// `eps_opt = J eps_i^2 / (4 ln(1.25/delta)) + 2 sqrt(J eps_i^2 ln(1/delta_r) / (4 ln(1.25/delta)))`.
+/// It is the classic RDP
 /// conversion rdp + ln(1/delta_r)/(alpha - 1) minimised over a continuous alpha, for the
 /// noise multiplier sqrt(2 ln(1.25/delta)) / eps_i of the paper's Theorem 1.
 pub fn paper_eps_opt(steps: u64, eps_i: f64, delta: f64, delta_r: f64) -> f64 {
@@ -170,7 +171,7 @@ impl Default for UserStepConfig {
     fn default() -> Self {
         Self {
             steps: 20,
-            lr: 0.02,
+            lr: 0.002,
             lr_decay: 1.0,
             clip: 1.0,
             noise: UserNoise::Multiplier(4.0),
