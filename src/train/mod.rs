@@ -8,6 +8,7 @@ pub mod als;
 pub mod baseline;
 pub mod charges;
 pub mod dp_stats;
+pub mod gaussian_mf;
 pub mod linalg;
 pub mod model;
 pub mod params;
@@ -112,6 +113,14 @@ pub const TRAINERS: &[(&str, &str)] = &[
         "als-mf",
         "biased matrix factorization by alternating least squares (non-private)",
     ),
+    (
+        "gaussian-mf",
+        "DP user profiles: clipped, Gaussian-noised gradient steps on public item factors (RDP-charged per user)",
+    ),
+    (
+        "paper-gaussian-mf",
+        "Gaussian-MF as in Mugdho-Imtiaz (noise on user gradients only; paper-claimed, not proven)",
+    ),
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
@@ -140,6 +149,8 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
         "baseline" => Box::new(baseline::Baseline::from_params(params)?),
         "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
         "als-mf" => Box::new(als::AlsMf::from_params(params)?),
+        "gaussian-mf" => Box::new(gaussian_mf::GaussianMf::from_params(params)?),
+        "paper-gaussian-mf" => Box::new(gaussian_mf::PaperGaussianMf::from_params(params)?),
         other => return Err(TrainError::UnknownTrainer(other.to_owned())),
     };
     Ok(t)

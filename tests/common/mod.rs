@@ -73,3 +73,66 @@ pub fn low_rank(
     }
     (train, test)
 }
+
+/// A low-rank rating set with its generating factors (for tests that give a trainer the
+/// true item factors as a public prior).
+pub struct LowRankTruth {
+    pub train: Ratings,
+    pub test: Ratings,
+    /// Global offset of the generator (3.0).
+    pub mean: f64,
+    /// n_users x rank.
+    pub user_factors: Vec<Vec<f64>>,
+    /// n_items x rank.
+    pub item_factors: Vec<Vec<f64>>,
+    pub user_bias: Vec<f64>,
+    pub item_bias: Vec<f64>,
+}
+
+/// Same generator as [`low_rank`] (same seed, same ratings), also returning the factors
+/// and biases it drew.
+pub fn low_rank_with_truth(
+    n_users: u32,
+    n_items: u32,
+    rank: usize,
+    density: f64,
+    seed: u64,
+) -> LowRankTruth {
+    let mut rng = dprec::rng::seeded(seed);
+    let n = Normal::new(0.0, 1.0).unwrap();
+    let f = (0.8 / (rank as f64).sqrt()).sqrt();
+    let p: Vec<Vec<f64>> = (0..n_users)
+        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
+        .collect();
+    let q: Vec<Vec<f64>> = (0..n_items)
+        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
+        .collect();
+    let bu: Vec<f64> = (0..n_users).map(|_| 0.3 * n.sample(&mut rng)).collect();
+    let bi: Vec<f64> = (0..n_items).map(|_| 0.4 * n.sample(&mut rng)).collect();
+    let mut train = Ratings::with_dims(n_users as usize, n_items as usize);
+    let mut test = Ratings::with_dims(n_users as usize, n_items as usize);
+    for u in 0..n_users {
+        for i in 0..n_items {
+            if !rng.random_bool(density) {
+                continue;
+            }
+            let (uu, ii) = (u as usize, i as usize);
+            let dot: f64 = p[uu].iter().zip(&q[ii]).map(|(a, b)| a * b).sum();
+            let v = (3.0 + bu[uu] + bi[ii] + dot + 0.3 * n.sample(&mut rng)).clamp(1.0, 5.0);
+            if rng.random_bool(0.8) {
+                train.push(u, i, v as f32);
+            } else {
+                test.push(u, i, v as f32);
+            }
+        }
+    }
+    LowRankTruth {
+        train,
+        test,
+        mean: 3.0,
+        user_factors: p,
+        item_factors: q,
+        user_bias: bu,
+        item_bias: bi,
+    }
+}
