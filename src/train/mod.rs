@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod charges;
 pub mod linalg;
 pub mod model;
+pub mod objpert;
 pub mod params;
 pub mod sgd;
 
@@ -111,6 +112,22 @@ pub const TRAINERS: &[(&str, &str)] = &[
         "als-mf",
         "biased matrix factorization by alternating least squares (non-private)",
     ),
+    (
+        "pdp-pmf",
+        "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven)",
+    ),
+    (
+        "dp-pmf",
+        "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)",
+    ),
+    (
+        "paper-pdp-pmf",
+        "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven",
+    ),
+    (
+        "paper-dp-pmf",
+        "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven",
+    ),
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
@@ -139,6 +156,10 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
         "baseline" => Box::new(baseline::Baseline::from_params(params)?),
         "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
         "als-mf" => Box::new(als::AlsMf::from_params(params)?),
+        "pdp-pmf" => Box::new(objpert::PdpPmf::from_params(params, false)?),
+        "dp-pmf" => Box::new(objpert::PdpPmf::from_params(params, true)?),
+        "paper-pdp-pmf" => Box::new(objpert::PaperPmf::from_params(params, false)?),
+        "paper-dp-pmf" => Box::new(objpert::PaperPmf::from_params(params, true)?),
         other => return Err(TrainError::UnknownTrainer(other.to_owned())),
     };
     Ok(t)
