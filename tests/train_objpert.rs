@@ -112,7 +112,14 @@ fn item_noise_norm_is_gamma_dim_c_over_eps_noise() {
             rated.push(eta.iter().map(|a| a * a).sum::<f64>().sqrt());
         }
     }
-    let scale = c / eps_noise;
+    // The scale is computed here from the parameters, not taken from the step's report,
+    // so a wrong split (e.g. the Jacobian term not subtracted) is caught too.
+    let expected = 0.9 - (1.0 + 1.0 / lambda).ln();
+    assert!(
+        (eps_noise - expected).abs() < 1e-9,
+        "eps_noise {eps_noise} vs {expected}"
+    );
+    let scale = c / expected;
     let crit = ks_crit(empty.len());
     let ks = |xs: &[f64], k: usize, s: f64| {
         common::ks_statistic(xs.to_vec(), |x| common::gamma_int_cdf(k, x / s))

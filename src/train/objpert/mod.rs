@@ -209,7 +209,7 @@ impl PdpPmf {
     /// with data-independent random U the latent coordinates carry no signal and only
     /// add noise, so `d = 0`, `bias = 1` (an item-bias model; personalisation comes from
     /// `users=prior` or the `dp-alt` alternation); `lambda_v` is raised by the
-    /// `jacobian_share = 0.2` rule (13.0 at the paper's mean t = 0.39); the free scale
+    /// `jacobian_share = 0.2` rule (12.2 at the paper's mean t = 0.39); the free scale
     /// midpoint beats a DP global mean (`mean_share = 0`), because rarely rated items
     /// have low ratings.
     fn defaults(uniform: bool) -> Self {
