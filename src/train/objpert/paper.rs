@@ -109,7 +109,7 @@ impl Trainer for PaperPmf {
     fn params(&self) -> serde_json::Value {
         let mut m = serde_json::json!({
             "d": self.d, "lambda_u": self.lambda_u, "lambda_v": self.lambda_v, "lr": self.lr,
-            "k1": self.k1, "k2": self.k2, "eps": self.eps, "label": PAPER_FAITHFUL,
+            "k1": self.k1, "k2": self.k2, "eps": self.eps,
         });
         if !self.uniform {
             m["threshold"] = threshold_name(self.threshold);
