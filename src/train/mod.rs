@@ -11,6 +11,7 @@ pub mod dp_stats;
 pub mod gaussian_mf;
 pub mod linalg;
 pub mod model;
+pub mod objpert;
 pub mod params;
 pub mod sgd;
 
@@ -121,6 +122,22 @@ pub const TRAINERS: &[(&str, &str)] = &[
         "paper-gaussian-mf",
         "Gaussian-MF as in Mugdho-Imtiaz (noise on user gradients only; paper-claimed, not proven)",
     ),
+    (
+        "pdp-pmf",
+        "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven)",
+    ),
+    (
+        "dp-pmf",
+        "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)",
+    ),
+    (
+        "paper-pdp-pmf",
+        "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven",
+    ),
+    (
+        "paper-dp-pmf",
+        "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven",
+    ),
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
@@ -151,6 +168,10 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
         "als-mf" => Box::new(als::AlsMf::from_params(params)?),
         "gaussian-mf" => Box::new(gaussian_mf::GaussianMf::from_params(params)?),
         "paper-gaussian-mf" => Box::new(gaussian_mf::PaperGaussianMf::from_params(params)?),
+        "pdp-pmf" => Box::new(objpert::PdpPmf::from_params(params, false)?),
+        "dp-pmf" => Box::new(objpert::PdpPmf::from_params(params, true)?),
+        "paper-pdp-pmf" => Box::new(objpert::PaperPmf::from_params(params, false)?),
+        "paper-dp-pmf" => Box::new(objpert::PaperPmf::from_params(params, true)?),
         other => return Err(TrainError::UnknownTrainer(other.to_owned())),
     };
     Ok(t)

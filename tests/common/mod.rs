@@ -42,36 +42,8 @@ pub fn low_rank(
     density: f64,
     seed: u64,
 ) -> (Ratings, Ratings) {
-    let mut rng = dprec::rng::seeded(seed);
-    let n = Normal::new(0.0, 1.0).unwrap();
-    // Per-component sd so that p_u . q_i has sd 0.8.
-    let f = (0.8 / (rank as f64).sqrt()).sqrt();
-    let p: Vec<Vec<f64>> = (0..n_users)
-        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
-        .collect();
-    let q: Vec<Vec<f64>> = (0..n_items)
-        .map(|_| (0..rank).map(|_| f * n.sample(&mut rng)).collect())
-        .collect();
-    let bu: Vec<f64> = (0..n_users).map(|_| 0.3 * n.sample(&mut rng)).collect();
-    let bi: Vec<f64> = (0..n_items).map(|_| 0.4 * n.sample(&mut rng)).collect();
-    let mut train = Ratings::with_dims(n_users as usize, n_items as usize);
-    let mut test = Ratings::with_dims(n_users as usize, n_items as usize);
-    for u in 0..n_users {
-        for i in 0..n_items {
-            if !rng.random_bool(density) {
-                continue;
-            }
-            let (uu, ii) = (u as usize, i as usize);
-            let dot: f64 = p[uu].iter().zip(&q[ii]).map(|(a, b)| a * b).sum();
-            let v = (3.0 + bu[uu] + bi[ii] + dot + 0.3 * n.sample(&mut rng)).clamp(1.0, 5.0);
-            if rng.random_bool(0.8) {
-                train.push(u, i, v as f32);
-            } else {
-                test.push(u, i, v as f32);
-            }
-        }
-    }
-    (train, test)
+    let t = low_rank_with_truth(n_users, n_items, rank, density, seed);
+    (t.train, t.test)
 }
 
 /// A low-rank rating set with its generating factors (for tests that give a trainer the
@@ -135,4 +107,40 @@ pub fn low_rank_with_truth(
         user_bias: bu,
         item_bias: bi,
     }
+}
+
+/// Kolmogorov-Smirnov statistic `sup |F_n - F|` of `xs` against a continuous CDF.
+pub fn ks_statistic<F: Fn(f64) -> f64>(mut xs: Vec<f64>, cdf: F) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len() as f64;
+    let mut d: f64 = 0.0;
+    for (i, &x) in xs.iter().enumerate() {
+        let f = cdf(x);
+        d = d.max((i as f64 + 1.0) / n - f).max(f - i as f64 / n);
+    }
+    d
+}
+
+/// Asymptotic KS critical value at false-failure rate `alpha`: `2 exp(-2 n c^2) = alpha`.
+pub fn ks_critical(n: usize, alpha: f64) -> f64 {
+    (-(alpha / 2.0).ln() / 2.0).sqrt() / (n as f64).sqrt()
+}
+
+/// CDF of Gamma(shape k, scale 1) for integer k: `1 - e^-x sum_{j<k} x^j / j!`.
+pub fn gamma_int_cdf(k: usize, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for j in 1..k {
+        term *= x / j as f64;
+        sum += term;
+    }
+    1.0 - (-x).exp() * sum
+}
+
+/// Binomial frequency tolerance: 5.33 standard errors (two-sided false failure ~1e-7).
+pub fn freq_tolerance(p: f64, n: usize) -> f64 {
+    5.33 * (p * (1.0 - p) / n as f64).sqrt()
 }
