@@ -7,6 +7,7 @@
 pub mod als;
 pub mod baseline;
 pub mod charges;
+pub mod dp_alt;
 pub mod dp_stats;
 pub mod gaussian_mf;
 pub mod linalg;
@@ -103,6 +104,10 @@ pub trait Trainer: Send + Sync {
 /// Names accepted by [`build`], with a one-line description each.
 pub const TRAINERS: &[(&str, &str)] = &[
     (
+        "dp-alt",
+        "production default: DP mean, then DP user steps (Gaussian, RDP) alternating with DP item steps (RSM + objective perturbation); proven",
+    ),
+    (
         "baseline",
         "global mean + regularised user and item biases (non-private)",
     ),
@@ -163,6 +168,7 @@ pub fn names() -> Vec<&'static str> {
 /// Builds a trainer by name; unknown parameters are an error naming the parameter.
 pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError> {
     let t: Box<dyn Trainer> = match name {
+        "dp-alt" => Box::new(dp_alt::DpAlt::from_params(params)?),
         "baseline" => Box::new(baseline::Baseline::from_params(params)?),
         "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
         "als-mf" => Box::new(als::AlsMf::from_params(params)?),

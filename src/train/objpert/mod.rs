@@ -147,7 +147,7 @@ pub enum UserSource {
 
 /// The per-rating privacy preferences of a fit: the ledger's budgets when given, else
 /// `uniform` for every rating when set, else the paper's generator.
-pub(crate) fn preferences(
+pub fn preferences(
     data: &TrainData<'_>,
     uniform: Option<f64>,
     groups: &PreferenceGroups,

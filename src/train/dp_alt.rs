@@ -1,0 +1,332 @@
+//! `dp-alt`, the production trainer (DESIGN 5): DP item profiles and DP user profiles by
+//! alternation, every step on inputs that are public or already DP, so the release's
+//! privacy is the composition of the steps' charges and nothing else.
+//!
+//! One release:
+//! 1. DP global mean (exact discrete Laplace on sum and count, [`dp_stats`]), a small
+//!    `mean_share` of the smallest per-rating budget, charged to every rating;
+//! 2. a DP user step ([`gaussian_mf::dp_user_step`]) on data-independent random item
+//!    features: user biases and a first, rough user profile;
+//! 3. `rounds` times: a DP item step ([`objpert::dp_item_step`]: RSM sampling + objective
+//!    perturbation, eta once per step) on the DP user profiles of the step before, with the
+//!    DP user biases as offsets, spending `1/rounds` of each rating's remaining budget;
+//!    then a DP user step on the item profiles just released (public from then on);
+//! 4. publish (global mean, user biases, item biases, user profiles, item profiles).
+//!
+//! Charges: per rating, the mean's eps plus each item step's `min(eps_k, t)`, whose sum is
+//! at most the rating's budget for the release; per user, the item steps' and the mean's
+//! pure-DP events and `rounds + 1` Gaussian user steps (`Gaussian { z, count: J }` each).
+//! The user steps' noise multiplier is fixed (or calibrated from `user_eps`) before any data
+//! is seen, so [`Trainer::planned_user_event`] is exact.
+
+use ndarray::Array1;
+
+use super::charges::ReleaseCharges;
+use super::dp_stats;
+use super::gaussian_mf::{self, UserNoise, UserOffsets, UserStepConfig};
+use super::objpert::{self, ItemStepConfig};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use crate::accountant::PrivacyEvent;
+use crate::privacy::Threshold;
+use crate::rng::DpRng;
+
+/// Hyper-parameters of `dp-alt`.
+#[derive(Debug, Clone)]
+pub struct DpAlt {
+    /// Per-rating budget of the release when the ledger gives none (`TrainData::budgets`).
+    pub eps: f64,
+    /// Latent dimension.
+    pub d: usize,
+    /// Item/user alternations after the first user step.
+    pub rounds: usize,
+    /// Share of the smallest per-rating budget spent on the DP global mean.
+    pub mean_share: f64,
+    /// Item step: objective-perturbation settings (threshold, lambda_v, c, bias weight).
+    pub item: ItemStepConfig,
+    /// User steps: Gaussian gradient steps (noise multiplier fixed or calibrated).
+    pub user: UserStepConfig,
+}
+
+impl Default for DpAlt {
+    fn default() -> Self {
+        Self {
+            eps: 1.0,
+            d: 2,
+            rounds: 1,
+            mean_share: 0.02,
+            item: ItemStepConfig {
+                threshold: Threshold::Mean,
+                lambda_v: 5.0,
+                jacobian_share: 0.2,
+                loss_scale: 0.7,
+                bias_weight: 0.9,
+                mean: None,
+            },
+            user: UserStepConfig {
+                steps: 20,
+                noise: UserNoise::Multiplier(4.0),
+                ..UserStepConfig::default()
+            },
+        }
+    }
+}
+
+fn invalid(key: &str, reason: String) -> TrainError {
+    TrainError::Param(super::ParamError::Invalid {
+        key: key.to_owned(),
+        reason,
+    })
+}
+
+impl DpAlt {
+    pub fn from_params(p: &Params) -> Result<Self, TrainError> {
+        let d = Self::default();
+        let item = ItemStepConfig {
+            threshold: objpert::parse_threshold(p, d.item.threshold)?,
+            lambda_v: p.positive("lambda_v", d.item.lambda_v)?,
+            jacobian_share: p.non_negative("jacobian_share", d.item.jacobian_share)?,
+            loss_scale: p.positive("c", d.item.loss_scale)?,
+            bias_weight: p.non_negative("bias", d.item.bias_weight)?,
+            mean: None,
+        };
+        item.validate()?;
+        let rounds = p.usize_in("rounds", d.rounds, 1, 20)?;
+        let steps = p.usize_in("user_steps", d.user.steps, 1, 10_000)?;
+        let noise = match (p.get_str("user_sigma"), p.get_str("user_eps")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "user_sigma",
+                    "give user_sigma or user_eps, not both".into(),
+                ))
+            }
+            (_, Some(_)) => {
+                // The budget covers all rounds + 1 user steps of J steps each.
+                let eps = p.positive("user_eps", 1.0)?;
+                let delta = p.positive("user_delta", 1e-5)?;
+                let total = ((rounds + 1) * steps) as u64;
+                UserNoise::Multiplier(gaussian_mf::calibrate_noise_multiplier(eps, delta, total)?)
+            }
+            _ => UserNoise::Multiplier(p.positive("user_sigma", 4.0)?),
+        };
+        let user = UserStepConfig {
+            steps,
+            lr: p.positive("user_lr", d.user.lr)?,
+            lr_decay: p.positive("user_lr_decay", d.user.lr_decay)?,
+            clip: p.positive("clip", d.user.clip)?,
+            noise,
+            lambda_u: p.non_negative("lambda_u", d.user.lambda_u)?,
+            neighbour: d.user.neighbour,
+            user_bias: true,
+            max_norm: p.non_negative("max_norm", d.user.max_norm)?,
+        };
+        user.validate()?;
+        let t = Self {
+            eps: p.positive("eps", d.eps)?,
+            d: p.usize_in("d", d.d, 1, 256)?,
+            rounds,
+            mean_share: p.f64("mean_share", d.mean_share)?,
+            item,
+            user,
+        };
+        if !(0.0..0.5).contains(&t.mean_share) {
+            return Err(invalid(
+                "mean_share",
+                format!("must be in [0, 0.5), got {}", t.mean_share),
+            ));
+        }
+        p.reject_unknown("dp-alt")?;
+        Ok(t)
+    }
+
+    fn noise_multiplier(&self) -> f64 {
+        match self.user.noise {
+            UserNoise::Multiplier(z) => z,
+            // from_params always resolves a target to a multiplier.
+            UserNoise::Target { .. } => unreachable!("calibrated in from_params"),
+        }
+    }
+}
+
+impl Trainer for DpAlt {
+    fn name(&self) -> &'static str {
+        "dp-alt"
+    }
+
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({
+            "eps": self.eps, "d": self.d, "rounds": self.rounds, "mean_share": self.mean_share,
+            "threshold": format!("{:?}", self.item.threshold), "lambda_v": self.item.lambda_v,
+            "jacobian_share": self.item.jacobian_share, "c": self.item.loss_scale,
+            "bias": self.item.bias_weight, "user_steps": self.user.steps,
+            "user_sigma": self.noise_multiplier(), "user_lr": self.user.lr,
+            "user_lr_decay": self.user.lr_decay, "clip": self.user.clip,
+            "lambda_u": self.user.lambda_u, "max_norm": self.user.max_norm,
+        })
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::Proven
+    }
+
+    fn planned_user_event(&self) -> Option<PrivacyEvent> {
+        Some(PrivacyEvent::Gaussian {
+            noise_multiplier: self.noise_multiplier(),
+            count: ((self.rounds + 1) * self.user.steps) as u64,
+        })
+    }
+
+    fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
+        let r = data.ratings;
+        if r.is_empty() {
+            return Err(TrainError::EmptyData);
+        }
+        let m = data.matrix;
+        let budgets = objpert::preferences(data, Some(self.eps), &Default::default(), rng)?;
+        let offered = |k: &usize| budgets[*k] > 0.0;
+        // 1. DP global mean over the offered ratings, at a share of the smallest budget.
+        let min_budget = (0..r.len())
+            .filter(offered)
+            .map(|k| budgets[k])
+            .fold(f64::INFINITY, f64::min);
+        if !min_budget.is_finite() {
+            return Err(TrainError::EmptyData);
+        }
+        let mut charges = ReleaseCharges::default();
+        let (mean, eps_mean) = if self.mean_share > 0.0 {
+            let eps_mean = self.mean_share * min_budget;
+            let positions: Vec<usize> = (0..r.len()).filter(offered).collect();
+            let used = r.select(&positions);
+            let (mean, mut c) = dp_stats::dp_global_mean(&used, data.scale, eps_mean, rng)?;
+            // Map the charges back to positions in `r`.
+            for ch in &mut c.ratings {
+                ch.position = positions[ch.position as usize] as u32;
+            }
+            charges.extend(c);
+            (mean, eps_mean)
+        } else {
+            ((data.scale.min + data.scale.max) / 2.0, 0.0)
+        };
+        // Each item step spends an equal part of what the mean left of each budget.
+        let per_round: Vec<f64> = budgets
+            .iter()
+            .map(|&b| {
+                if b > 0.0 {
+                    (b - eps_mean) / self.rounds as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        // Users with an offered rating take part in the user steps.
+        let mut eligible_users = vec![false; m.n_users];
+        for k in (0..r.len()).filter(offered) {
+            eligible_users[r.users[k] as usize] = true;
+        }
+        // The user steps see only offered ratings: the others are zeroed out of the view.
+        let by_user = restrict(&m.by_user, &budgets);
+
+        // 2. First user step on data-independent random item features.
+        let v0 = objpert::random_unit_rows(m.n_items, self.d, rng);
+        let mut user = gaussian_mf::dp_user_step(
+            &by_user,
+            &UserOffsets {
+                global: mean,
+                item_bias: None,
+            },
+            v0.view(),
+            Some(&eligible_users),
+            &self.user,
+            rng,
+        )?;
+        charges.extend(std::mem::take(&mut user.charges));
+        let mut item_bias = Array1::zeros(m.n_items);
+        let mut item_factors = v0;
+        // 3. Alternate: DP item step on the DP user profiles, then a DP user step on the
+        // item profiles just released.
+        for _ in 0..self.rounds {
+            let user_bias = user
+                .user_bias
+                .clone()
+                .unwrap_or_else(|| Array1::zeros(m.n_users));
+            let users = &r.users;
+            // Unit-norm user rows (post-processing of a DP output): the item step clips rows
+            // to norm 1 for its sensitivity, and short rows would leave the latent part of
+            // its Hessian at lambda_v alone, i.e. latent item coordinates of pure noise.
+            let features = unit_rows(&user.user_factors);
+            let item = objpert::dp_item_step(
+                r,
+                &m.by_item,
+                |k| mean + user_bias[users[k] as usize],
+                &features,
+                &per_round,
+                &self.item,
+                rng,
+            )?;
+            charges.extend(item.charges);
+            item_bias = item.item_bias;
+            item_factors = item.item_factors;
+            user = gaussian_mf::dp_user_step(
+                &by_user,
+                &UserOffsets {
+                    global: mean,
+                    item_bias: item_bias.as_slice(),
+                },
+                item_factors.view(),
+                Some(&eligible_users),
+                &self.user,
+                rng,
+            )?;
+            charges.extend(std::mem::take(&mut user.charges));
+        }
+        let user_bias = user.user_bias.unwrap_or_else(|| Array1::zeros(m.n_users));
+        let model = FactorModel {
+            global_mean: mean,
+            user_bias,
+            item_bias,
+            user_factors: user.user_factors,
+            item_factors,
+            scale: data.scale,
+        };
+        Ok(Fitted {
+            model,
+            charges,
+            guarantee: Guarantee::Proven,
+        })
+    }
+}
+
+/// Rows scaled to unit L2 norm (zero rows stay zero).
+fn unit_rows(u: &ndarray::Array2<f64>) -> ndarray::Array2<f64> {
+    let mut out = u.clone();
+    for mut row in out.rows_mut() {
+        let n = row.dot(&row).sqrt();
+        if n > 0.0 {
+            row /= n;
+        }
+    }
+    out
+}
+
+/// The user-major view without the entries whose budget is 0 (not offered).
+fn restrict(view: &crate::data::Compressed, budgets: &[f64]) -> crate::data::Compressed {
+    if budgets.iter().all(|&b| b > 0.0) {
+        return view.clone();
+    }
+    let mut out = crate::data::Compressed {
+        indptr: Vec::with_capacity(view.indptr.len()),
+        ..Default::default()
+    };
+    out.indptr.push(0);
+    for row in 0..view.n_rows() {
+        let span = view.indptr[row]..view.indptr[row + 1];
+        for k in span {
+            if budgets[view.source[k] as usize] > 0.0 {
+                out.indices.push(view.indices[k]);
+                out.values.push(view.values[k]);
+                out.source.push(view.source[k]);
+            }
+        }
+        out.indptr.push(out.indices.len());
+    }
+    out
+}
