@@ -66,6 +66,9 @@ pub struct EvalArgs {
     /// Write an SVG plot: RMSE against the swept parameter, or per fold without a sweep.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Title of the SVG plot [default: "dprec eval on <data>"].
+    #[arg(long)]
+    pub title: Option<String>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -261,7 +264,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.plot {
-        let title = format!("dprec eval on {}", args.data.display());
+        let title = args
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("dprec eval on {}", args.data.display()));
         plot::write_svg(&report.runs, &title, path)
             .with_context(|| format!("writing {}", path.display()))?;
     }

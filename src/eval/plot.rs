@@ -63,7 +63,9 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60);
-    let y_range = (y0 - ypad)..(y1 + ypad);
+    // Headroom above the data for the legend box (one line per series).
+    let legend_room = (y1 - y0 + ypad) * (0.08 * series.len() as f64 + 0.1);
+    let y_range = (y0 - ypad)..(y1 + ypad + legend_room);
     if log_x {
         let mut chart = builder.build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), y_range)?;
         chart
@@ -73,7 +75,7 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
             .draw()?;
         draw_series(&mut chart, &series)?;
     } else {
-        let xpad = ((x1 - x0) * 0.05).max(0.5);
+        let xpad = if x1 > x0 { (x1 - x0) * 0.05 } else { 0.5 };
         let mut chart = builder.build_cartesian_2d((x0 - xpad)..(x1 + xpad), y_range)?;
         // Without a sweep the x axis is the fold: label whole positions with fold names.
         let fold_names: Vec<String> = runs

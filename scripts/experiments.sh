@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The DP experiments of docs/EVALUATION.md on MovieLens-100K, folds u1..u5, seed 0.
+# Each writes docs/figures/<name>.json (per fold, mean, sd, privacy charges) and
+# docs/figures/<name>.svg (RMSE against the swept parameter). Usage:
+#   scripts/experiments.sh [--data DIR] [NAME ...]     (default: every experiment)
+# Names: pdp-fc pdp-epsm pdp-t gaussian dp-alt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=../shared/datasets/ml-100k
+if [[ "${1:-}" == "--data" ]]; then DATA="$2"; shift 2; fi
+OUT=docs/figures
+mkdir -p "$OUT"
+cargo build --release --quiet
+DPREC=target/release/dprec
+run() { # run NAME TITLE ARGS...
+    local name="$1" title="$2"; shift 2
+    echo "==> $name: dprec eval $*" >&2
+    "$DPREC" eval --data "$DATA" --folds predefined --seed 0 --quiet \
+        --title "$title" --out "$OUT/$name.json" --plot "$OUT/$name.svg" "$@" \
+        | tee "$OUT/$name.txt"
+}
+PAPER="f_m=0.37,eps_c=0.1,eps_m=0.2,eps_l=1.0,threshold=mean"
+
+exp_pdp_fc() { # PDP-PMF paper Table 1 / Fig. 2: fraction of conservative ratings
+    run pdp-fc "PDP-PMF vs DP-PMF (eps=0.1) against f_c, ML-100K" \
+        --trainer "pdp-pmf:$PAPER" --trainer "paper-pdp-pmf:$PAPER" \
+        --trainer dp-pmf:eps=0.1 --trainer paper-dp-pmf:eps=0.1 --trainer baseline \
+        --sweep f_c=0.1,0.2,0.3,0.4,0.5,0.6
+}
+exp_pdp_epsm() { # paper Table 3: eps_m varied (f_c = 0.54)
+    run pdp-epsm "PDP-PMF against eps_m (f_c=0.54), ML-100K" \
+        --trainer "pdp-pmf:f_c=0.54,f_m=0.37,eps_c=0.1,eps_l=1.0" \
+        --trainer "paper-pdp-pmf:f_c=0.54,f_m=0.37,eps_c=0.1,eps_l=1.0" \
+        --sweep eps_m=0.2,0.4,0.6,0.8
+}
+exp_pdp_t() { # paper Table 4: sampling threshold t
+    run pdp-t "PDP-PMF against the sampling threshold t, ML-100K" \
+        --trainer "pdp-pmf:f_c=0.54,f_m=0.37,eps_c=0.1,eps_m=0.2,eps_l=1.0" \
+        --trainer "paper-pdp-pmf:f_c=0.54,f_m=0.37,eps_c=0.1,eps_m=0.2,eps_l=1.0" \
+        --sweep threshold=0.6,0.7,0.8,1.0
+}
+exp_gaussian() { # Gaussian-MF paper setting: d=20, delta=0.01, delta_r=1e-5
+    run gaussian "Gaussian-MF (paper-faithful) against eps_i, ML-100K" \
+        --trainer "paper-gaussian-mf:d=20,delta=0.01,delta_r=0.00001" --trainer baseline \
+        --sweep eps_i=0.15,0.25,0.5,1.0
+}
+exp_dp_alt() { # production trainer against per-rating eps, with non-private references
+    run dp-alt "dp-alt (production) against per-rating eps, ML-100K" \
+        --trainer dp-alt --trainer baseline --trainer sgd-mf \
+        --eps 0.1,0.5,1,2,5
+}
+ALL=(pdp-fc pdp-epsm pdp-t gaussian dp-alt)
+for name in "${@:-${ALL[@]}}"; do
+    case "$name" in
+        pdp-fc) exp_pdp_fc ;; pdp-epsm) exp_pdp_epsm ;; pdp-t) exp_pdp_t ;;
+        gaussian) exp_gaussian ;; dp-alt) exp_dp_alt ;;
+        *) echo "unknown experiment $name (one of: ${ALL[*]})" >&2; exit 2 ;;
+    esac
+done
