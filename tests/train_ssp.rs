@@ -80,7 +80,7 @@ fn released_statistics_have_variance_z_delta_squared_and_wrong_z_fails() {
         global: 3.0,
         item_bias: None,
     };
-    let (z, cy, b) = (0.8, 1.5, 0.6);
+    let (z, cy, b): (f64, f64, f64) = (0.8, 1.5, 0.6);
     let dim = 3;
     let mut exact = vec![0.0; packed_len(dim)];
     let (items, values) = m.by_user.row(0);
@@ -97,7 +97,7 @@ fn released_statistics_have_variance_z_delta_squared_and_wrong_z_fails() {
     }
     assert!((exact[0] - (x0[0] * x0[0] + x1[0] * x1[0])).abs() < 1e-12);
     for (neighbour, delta) in [
-        (Neighbour::AddRemove, (1.0 + cy * cy as f64).sqrt()),
+        (Neighbour::AddRemove, (1.0f64 + cy * cy).sqrt()),
         (Neighbour::Replace, 2.0 * cy),
     ] {
         let mut c = cfg(z, cy, 1.0, b);
