@@ -5,19 +5,39 @@
 //! One release:
 //! 1. DP global mean (exact discrete Laplace on sum and count, [`dp_stats`]), a small
 //!    `mean_share` of the smallest per-rating budget, charged to every rating;
-//! 2. a DP user step ([`gaussian_mf::dp_user_step`]) on data-independent random item
-//!    features: user biases and a first, rough user profile;
+//! 2. a DP user step on data-independent random item features: user biases and a first,
+//!    rough user profile;
 //! 3. `rounds` times: a DP item step ([`objpert::dp_item_step`]: RSM sampling + objective
 //!    perturbation, eta once per step) on the DP user profiles of the step before, with the
 //!    DP user biases as offsets, spending `1/rounds` of each rating's remaining budget;
 //!    then a DP user step on the item profiles just released (public from then on);
 //! 4. publish (global mean, user biases, item biases, user profiles, item profiles).
 //!
+//! The user step is chosen by `user_solver`:
+//! - `ssp` ([`ssp::ssp_user_step`]): each user's ridge sufficient statistics
+//!   (A_u = sum x_j x_j^T, b_u = sum y_uj x_j, `||x_j|| <= 1`, `|y_uj| <= clip_y`) released
+//!   once with Gaussian noise of multiplier z, then solved with the public ridge `lambda_u`
+//!   (post-processing). Parameters: `clip_y`, `lambda_u`, `user_bias` (weight b of the
+//!   constant feature), `max_norm`. Item rows are clipped to norm 1 for the step and the
+//!   clipped rows are published with the profiles.
+//! - `gd` ([`gaussian_mf::dp_user_step`]): `user_steps` (J) noisy clipped gradient steps
+//!   from 0. Parameters: `user_steps`, `user_lr`, `user_lr_decay`, `clip`, `lambda_u`,
+//!   `max_norm`. Its public learning rate barely moves the latent part of the profiles of
+//!   light users (the gradient is a sum over a private count), so latent factors give
+//!   little; kept for comparison.
+//!
+//! Both take `user_sigma` (z), or `user_eps` + `user_delta` (default 1e-5), from which z is
+//! calibrated through the accountant over ALL the Gaussian releases a user gets in one
+//! release: `rounds + 1` for SSP, `(rounds + 1) J` for GD.
+//!
 //! Charges: per rating, the mean's eps plus each item step's `min(eps_k, t)`, whose sum is
 //! at most the rating's budget for the release; per user, the item steps' and the mean's
-//! pure-DP events and `rounds + 1` Gaussian user steps (`Gaussian { z, count: J }` each).
-//! The user steps' noise multiplier is fixed (or calibrated from `user_eps`) before any data
-//! is seen, so [`Trainer::planned_user_event`] is exact.
+//! pure-DP events and `rounds + 1` Gaussian user steps (`Gaussian { z, count: 1 }` each
+//! for SSP, `Gaussian { z, count: J }` for GD). The user steps' noise multiplier is fixed
+//! (or calibrated) before any data is seen, so [`Trainer::planned_user_event`]
+//! (`Gaussian { z, rounds + 1 }`, resp. `Gaussian { z, (rounds + 1) J }`) is exactly the
+//! composition of the Gaussian charges of every participating user. (The pure-DP charges
+//! depend on the ratings' public budgets and are not part of the planned event.)
 
 use ndarray::Array1;
 

@@ -1,7 +1,7 @@
 //! The SSP user step: DP user profiles by sufficient-statistics perturbation (Sheffet 2017,
 //! "Differentially private ordinary least squares"; Wang 2018, "Revisiting differentially
 //! private linear regression"), an alternative to the gradient-descent step
-//! [`gaussian_mf::dp_user_step`] with the same shape, so `dp-alt` can call either.
+//! [`dp_user_step`](super::gaussian_mf::dp_user_step) with the same shape, so `dp-alt` can call either.
 //!
 //! # Mechanism ([`ssp_user_step`])
 //!
