@@ -318,6 +318,13 @@ fn charges_follow_the_rule_and_dp_alt_plans_what_it_charges() {
             assert_eq!(curve, plan_curve, "{params:?} user {u}");
         }
     }
+    // The default dp-alt runs SSP (z = 1.5, rounds = 1: two releases per user).
+    let t = build("dp-alt", &Params::new()).unwrap();
+    assert_eq!(t.params()["user_solver"], "ssp");
+    assert_eq!(
+        t.planned_user_event(),
+        Some(PrivacyEvent::gaussian(1.5, 2).unwrap())
+    );
     // user_eps calibrates z over all rounds + 1 SSP releases.
     let t = build(
         "dp-alt",
