@@ -260,7 +260,8 @@ pub struct UserOffsets<'a> {
 }
 
 impl UserOffsets<'_> {
-    fn of(&self, item: usize) -> f64 {
+    /// The offset of `item`: `global + item_bias[item]` (0 bias beyond the slice).
+    pub fn of(&self, item: usize) -> f64 {
         self.global
             + self
                 .item_bias
@@ -340,7 +341,7 @@ pub fn clipped_gradient_sum(
 
 /// The generator of user `u`: one ChaCha20 key for the release, one stream per user, so
 /// the noise does not depend on the thread count or the order users are processed in.
-fn user_rng(key: [u8; 32], u: usize) -> DpRng {
+pub(crate) fn user_rng(key: [u8; 32], u: usize) -> DpRng {
     let mut r = DpRng::from_seed(key);
     r.set_stream(u as u64);
     r

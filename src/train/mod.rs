@@ -15,6 +15,7 @@ pub mod model;
 pub mod objpert;
 pub mod params;
 pub mod sgd;
+pub mod ssp;
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
