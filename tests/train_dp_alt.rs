@@ -40,7 +40,7 @@ fn charges_follow_the_ledger_rules() {
         })
         .collect();
     let rounds = 2;
-    let t = alt(&["rounds=2", "user_sigma=3", "user_steps=5"]);
+    let t = alt(&["rounds=2", "user_sigma=3"]);
     let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
     data.budgets = Some(&budgets);
     let fit = t.fit(&data, &mut dprec::rng::seeded(1)).unwrap();
@@ -62,7 +62,8 @@ fn charges_follow_the_ledger_rules() {
         assert_eq!(j["unit"], "rating", "{j}");
         assert_eq!(j["neighbour"], "add-remove", "{j}");
     }
-    // Each user with an offered rating: rounds + 1 user steps, each Gaussian{z, J}.
+    // Each user with an offered rating: rounds + 1 user steps (SSP: one Gaussian release
+    // each).
     let planned = t.planned_user_event().unwrap();
     let (z, steps) = match planned {
         PrivacyEvent::Gaussian {
@@ -88,7 +89,7 @@ fn charges_follow_the_ledger_rules() {
             })
             .sum();
         assert_eq!(gaussian, steps, "user {u}: Gaussian steps charged");
-        assert_eq!(steps, (rounds + 1) * 5);
+        assert_eq!(steps, rounds + 1);
         // Pure-DP events (mean and item steps) never exceed the user's largest budget.
         let pure: f64 = events
             .iter()

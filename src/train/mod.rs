@@ -106,7 +106,7 @@ pub trait Trainer: Send + Sync {
 pub const TRAINERS: &[(&str, &str)] = &[
     (
         "dp-alt",
-        "production default: DP mean, then DP user steps (Gaussian, RDP) alternating with DP item steps (RSM + objective perturbation); proven",
+        "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven",
     ),
     (
         "baseline",
