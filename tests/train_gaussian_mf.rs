@@ -667,3 +667,56 @@ fn with_true_items_and_large_eps_it_matches_the_nonprivate_user_solve() {
         .fold(0.0f64, |a, &b| a.max(b));
     assert!(max_diff < 0.05, "profiles differ by up to {max_diff}");
 }
+
+/// paper-gaussian-mf adds N(0, sigma^2) to every user-gradient coordinate with the paper's
+/// sigma = tau C sqrt(2 ln(1.25/delta)) / eps_i. With one step, lambda = 0 and users that
+/// have no ratings, theta_1 = theta_0 - lr * noise with ||theta_0|| = 1, so
+/// E ||theta_1||^2 = 1 + lr^2 d sigma^2: the mean over 2,000 empty users estimates sigma^2.
+/// Noise left out (or mis-scaled by 10%) fails.
+#[test]
+fn paper_gaussian_mf_noise_has_the_papers_sigma() {
+    let (n_users, d, lr, eps_i, delta) = (2_000u32, 40usize, 0.1, 1.0, 0.01);
+    let mut r = dprec::data::Ratings::with_dims(n_users as usize, 5);
+    for i in 0..5u32 {
+        r.push(0, i, 4.0); // one rated user; the others are empty
+    }
+    let m = Interactions::new(&r);
+    let t = dprec::train::build(
+        "paper-gaussian-mf",
+        &Params::parse(&[
+            "d=40",
+            "steps=1",
+            "lambda=0",
+            "lr=0.1",
+            "eps_i=1",
+            "delta=0.01",
+            "clip=1",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let fit = t
+        .fit(
+            &TrainData::new(&r, &m, dprec::data::RatingScale::ONE_TO_FIVE),
+            &mut dprec::rng::seeded(5),
+        )
+        .unwrap();
+    let tau = 4.0; // the scale's width
+    let sigma = tau * 1.0 * (2.0 * (1.25f64 / delta).ln()).sqrt() / eps_i;
+    let est: Vec<f64> = (1..n_users as usize)
+        .map(|u| {
+            let row = fit.model.user_factors.row(u);
+            (row.dot(&row) - 1.0) / (lr * lr * d as f64)
+        })
+        .collect();
+    let mean = est.iter().sum::<f64>() / est.len() as f64;
+    // Each estimate is sigma^2 chi^2_d / d (relative sd sqrt(2/d) = 0.22) plus a cross term
+    // of sd 2 sigma / (lr d) (relative 2 / (lr d sigma) ~ 0.04 here): the mean over 1,999
+    // users has relative sd ~0.005, so 0.05 is ~10 sd (false failure negligible for a
+    // random seed; the seed is fixed). A 10% wrong sigma moves sigma^2 by 21%; no noise ~0.
+    assert!(
+        (mean / (sigma * sigma) - 1.0).abs() < 0.05,
+        "estimated sigma^2 {mean}, paper's {}",
+        sigma * sigma
+    );
+}
