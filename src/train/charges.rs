@@ -69,6 +69,12 @@ pub struct UserCharge {
 }
 
 /// Everything one release charges. Empty for non-private trainers.
+///
+/// Contract with the ledger (unit: one rating): `ratings` holds every rating's pure-DP
+/// charge; `users` must hold, for every user, events whose composition bounds the loss of
+/// any single rating of that user in this release (e.g. `PureDp { eps: max charge of the
+/// user's ratings }` per pure-DP step, plus the user's Gaussian steps). The curator adds
+/// only the charges of its own releases (e.g. DP popularity counts).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseCharges {
     pub mechanisms: Vec<MechanismRecord>,

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Load test of `dprec serve` on this machine (loopback only, bounded in time).
+#
+#   load-tests/run.sh [--backend sqlite|postgres] [--duration SECONDS] [--data DIR]
+#
+# 1. builds the release binary, starts the service on 127.0.0.1 with a fresh store
+#    (SQLite file in a temp dir, or a fresh PostgreSQL database that is dropped at the end);
+# 2. imports MovieLens-100K through the batch API (`dprec import`) and trains one release
+#    with the production trainer (admin retrain, polled until it succeeds);
+# 3. drives top-N recommendations (GET, random users, n=10) and batch ingestion (POST of
+#    1,000 random ratings per request) with wrk, each for --duration seconds (default 20),
+#    2 threads and 32 / 4 connections; prints requests/s, ratings/s and latency percentiles.
+#
+# Needs wrk (Debian package `wrk`; installed here if missing and apt-get is available).
+# Results and the machine are recorded in docs/BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BACKEND=sqlite
+DURATION=20
+DATA=../shared/datasets/ml-100k
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --backend) BACKEND="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --data) DATA="$2"; shift 2 ;;
+        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data DIR]" >&2; exit 2 ;;
+    esac
+done
+if ! command -v wrk >/dev/null; then
+    echo "installing wrk" >&2
+    apt-get install -y -qq wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
+fi
+cargo build --release --quiet
+BIN=$PWD/target/release/dprec
+WORK=$(mktemp -d)
+PORT=$((20000 + RANDOM % 20000))
+BASE=http://127.0.0.1:$PORT
+ADMIN=load-admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+PGDB=""
+cleanup() {
+    [[ -n "${PID:-}" ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+    if [[ -n "$PGDB" ]]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $PGDB" >/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [[ "$BACKEND" == postgres ]]; then
+    PGDB=dprec_load_$$
+    psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $PGDB" >/dev/null
+    DB_URL="postgres://postgres@127.0.0.1:5432/$PGDB"
+else
+    DB_URL="sqlite://$WORK/dprec.sqlite"
+fi
+cat > "$WORK/dprec.toml" <<TOML
+[server]
+bind = "127.0.0.1:$PORT"
+[database]
+url = "$DB_URL"
+[auth]
+mode = "keys"
+[[auth.keys]]
+key = "$ADMIN"
+role = "admin"
+[scheduler]
+enabled = false
+TOML
+"$BIN" serve --config "$WORK/dprec.toml" > "$WORK/serve.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 100); do curl -sf "$BASE/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "$BASE/readyz" >/dev/null || { cat "$WORK/serve.log" >&2; exit 1; }
+
+echo "== $BACKEND: import MovieLens-100K through the API" >&2
+"$BIN" import --url "$BASE" --api-key "$ADMIN" --eps 1.0 "$DATA" 2>&1 | tail -1
+echo "== $BACKEND: train one release (dp-alt)" >&2
+JOB=$(curl -sf -X POST "$BASE/v1/admin/retrain" -H "Authorization: Bearer $ADMIN" | sed -E 's/.*"id":([0-9]+).*/\1/')
+for _ in $(seq 1 600); do
+    STATUS=$(curl -sf "$BASE/v1/admin/jobs/$JOB" -H "Authorization: Bearer $ADMIN")
+    case "$STATUS" in *'"status":"succeeded"'*) break ;; *'"status":"failed"'*|*'"status":"skipped"'*) echo "$STATUS" >&2; exit 1 ;; esac
+    sleep 0.2
+done
+echo "$STATUS"
+
+cat > "$WORK/recommend.lua" <<LUA
+math.randomseed(42)
+wrk.headers["Authorization"] = "Bearer $ADMIN"
+request = function()
+  return wrk.format("GET", "/v1/users/" .. math.random(1, 943) .. "/recommendations?n=10")
+end
+LUA
+cat > "$WORK/ingest.lua" <<LUA
+math.randomseed(7)
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer $ADMIN"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  local parts = {}
+  for k = 1, 1000 do
+    parts[k] = string.format('{"user":"load%d","item":"%d","rating":%d,"eps":1.0}',
+      math.random(1, 20000), math.random(1, 1682), math.random(1, 5))
+  end
+  return wrk.format("POST", "/v1/ratings", nil, '{"ratings":[' .. table.concat(parts, ",") .. ']}')
+end
+LUA
+echo "== $BACKEND: top-N recommendations, ${DURATION}s, 32 connections" >&2
+wrk -t2 -c32 -d"${DURATION}s" --latency -s "$WORK/recommend.lua" "$BASE" | tee "$WORK/rec.txt"
+echo "== $BACKEND: batch ingestion (1,000 ratings per request), ${DURATION}s, 4 connections" >&2
+wrk -t2 -c4 -d"${DURATION}s" --latency -s "$WORK/ingest.lua" "$BASE" | tee "$WORK/ing.txt"
+REC=$(awk '/Requests\/sec/ {print $2}' "$WORK/rec.txt")
+P99=$(awk '$1 == "99%" {print $2}' "$WORK/rec.txt")
+ING=$(awk '/Requests\/sec/ {print $2}' "$WORK/ing.txt")
+IP99=$(awk '$1 == "99%" {print $2}' "$WORK/ing.txt")
+printf '\nsummary (%s): recommendations %s req/s, p99 %s; ingestion %.0f ratings/s (%s batches/s), p99 %s per batch\n' \
+    "$BACKEND" "$REC" "$P99" "$(echo "$ING * 1000" | bc -l)" "$ING" "$IP99"
+for f in rec ing; do grep -q "Non-2xx" "$WORK/$f.txt" && { echo "error: non-2xx responses in the $f run" >&2; exit 1; }; done; true
