@@ -23,28 +23,7 @@ use dprec::train::{build, FactorModel, Params, TrainData};
 use ndarray::{array, Array1, Array2};
 use rand::Rng;
 
-const Z_CRIT: f64 = 5.33;
-
-fn identical_users(n: u32, ratings: &[(u32, f32)], n_items: usize) -> Interactions {
-    let mut r = Ratings::with_dims(n as usize, n_items);
-    for u in 0..n {
-        for &(i, v) in ratings {
-            r.push(u, i, v);
-        }
-    }
-    Interactions::new(&r)
-}
-
-fn mean_var(x: &[f64]) -> (f64, f64) {
-    let n = x.len() as f64;
-    let m = x.iter().sum::<f64>() / n;
-    let v = x.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (n - 1.0);
-    (m, v)
-}
-
-fn var_ok(var: f64, want: f64, n: usize) -> bool {
-    (var / want - 1.0).abs() <= Z_CRIT * (2.0 / (n as f64 - 1.0)).sqrt()
-}
+use common::{identical_users, mean_var, var_ok, Z_CRIT};
 
 fn cfg(z: f64, clip_y: f64, lambda_u: f64, b: f64) -> SspConfig {
     SspConfig {

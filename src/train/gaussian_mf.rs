@@ -347,6 +347,37 @@ pub(crate) fn user_rng(key: [u8; 32], u: usize) -> DpRng {
     r
 }
 
+/// Input checks shared by the DP user steps (GD here, SSP in [`super::ssp`]): `eligible`
+/// has one entry per user, every rated item has a feature row, features are finite.
+pub(crate) fn check_user_step_inputs(
+    by_user: &Compressed,
+    item_features: ArrayView2<'_, f64>,
+    eligible: Option<&[bool]>,
+) -> Result<(), TrainError> {
+    let n_users = by_user.n_rows();
+    let n_items = item_features.nrows();
+    if let Some(e) = eligible {
+        if e.len() != n_users {
+            return Err(invalid(
+                "eligible",
+                format!("has {} entries for {n_users} users", e.len()),
+            ));
+        }
+    }
+    if let Some(&j) = by_user.indices.iter().max() {
+        if j as usize >= n_items {
+            return Err(invalid(
+                "item_features",
+                format!("has {n_items} rows but a rating names item {j}"),
+            ));
+        }
+    }
+    if item_features.iter().any(|x| !x.is_finite()) {
+        return Err(invalid("item_features", "must be finite"));
+    }
+    Ok(())
+}
+
 /// The DP user step (DESIGN 2.2): J noisy full-batch gradient steps per user on theta_u
 /// with the item features fixed and PUBLIC. See the module docs for the mechanism and
 /// `docs/privacy/gaussian-mf.md` for the proof.
@@ -372,29 +403,11 @@ pub fn dp_user_step(
 ) -> Result<UserStepOutput, TrainError> {
     cfg.validate()?;
     let n_users = by_user.n_rows();
-    let (n_items, d) = item_features.dim();
+    let d = item_features.ncols();
     if d == 0 {
         return Err(invalid("d", "item features have no columns"));
     }
-    if let Some(e) = eligible {
-        if e.len() != n_users {
-            return Err(invalid(
-                "eligible",
-                format!("has {} entries for {n_users} users", e.len()),
-            ));
-        }
-    }
-    if let Some(&j) = by_user.indices.iter().max() {
-        if j as usize >= n_items {
-            return Err(invalid(
-                "item_features",
-                format!("has {n_items} rows but a rating names item {j}"),
-            ));
-        }
-    }
-    if item_features.iter().any(|x| !x.is_finite()) {
-        return Err(invalid("item_features", "must be finite"));
-    }
+    check_user_step_inputs(by_user, item_features, eligible)?;
     let z = cfg.noise_multiplier()?;
     let noise_std = z * cfg.sensitivity();
     let event = PrivacyEvent::gaussian(z, cfg.steps as u64).map_err(numerical)?;

@@ -58,7 +58,7 @@ use rand::Rng;
 use rayon::prelude::*;
 
 use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
-use super::gaussian_mf::{user_rng, UserOffsets, UserStepOutput};
+use super::gaussian_mf::{check_user_step_inputs, user_rng, UserOffsets, UserStepOutput};
 use super::linalg::cholesky_solve;
 use super::params::ParamError;
 use super::{ReleaseCharges, TrainError};
@@ -238,34 +238,13 @@ fn check_inputs(
     cfg: &SspConfig,
 ) -> Result<(), TrainError> {
     cfg.validate()?;
-    let n_users = by_user.n_rows();
-    let n_items = item_features.nrows();
     if cfg.dim(item_features.ncols()) == 0 {
         return Err(invalid(
             "d",
             "d = 0 needs a bias coordinate (user_bias > 0)",
         ));
     }
-    if let Some(e) = eligible {
-        if e.len() != n_users {
-            return Err(invalid(
-                "eligible",
-                format!("has {} entries for {n_users} users", e.len()),
-            ));
-        }
-    }
-    if let Some(&j) = by_user.indices.iter().max() {
-        if j as usize >= n_items {
-            return Err(invalid(
-                "item_features",
-                format!("has {n_items} rows but a rating names item {j}"),
-            ));
-        }
-    }
-    if item_features.iter().any(|x| !x.is_finite()) {
-        return Err(invalid("item_features", "must be finite"));
-    }
-    Ok(())
+    check_user_step_inputs(by_user, item_features, eligible)
 }
 
 /// The released statistics of every user (`n_users x packed_len(dim)`): for eligible

@@ -144,3 +144,34 @@ pub fn gamma_int_cdf(k: usize, x: f64) -> f64 {
 pub fn freq_tolerance(p: f64, n: usize) -> f64 {
     5.33 * (p * (1.0 - p) / n as f64).sqrt()
 }
+
+/// Two-sided tolerance of the moment checks, in standard errors (false failure ~1e-7).
+pub const Z_CRIT: f64 = 5.33;
+
+/// `n` users who all rated the same `(item, value)` list.
+pub fn identical_users(
+    n: u32,
+    ratings: &[(u32, f32)],
+    n_items: usize,
+) -> dprec::data::Interactions {
+    let mut r = Ratings::with_dims(n as usize, n_items);
+    for u in 0..n {
+        for &(i, v) in ratings {
+            r.push(u, i, v);
+        }
+    }
+    dprec::data::Interactions::new(&r)
+}
+
+/// Sample mean and (unbiased) variance.
+pub fn mean_var(x: &[f64]) -> (f64, f64) {
+    let n = x.len() as f64;
+    let m = x.iter().sum::<f64>() / n;
+    let v = x.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (n - 1.0);
+    (m, v)
+}
+
+/// A sample variance of `n` Gaussian draws within [`Z_CRIT`] standard errors of `want`.
+pub fn var_ok(var: f64, want: f64, n: usize) -> bool {
+    (var / want - 1.0).abs() <= Z_CRIT * (2.0 / (n as f64 - 1.0)).sqrt()
+}
