@@ -6,12 +6,17 @@
 //! - [`privacy`]: pure noise mechanisms and sampling primitives (no I/O);
 //! - [`accountant`]: Renyi-DP accounting, conversion and the Renyi filter (pure);
 //! - [`eval`]: cross validation, metrics, reports and plots;
-//! - [`cli`]: the `dprec` command line.
+//! - [`cli`]: the `dprec` command line;
+//! - the service: [`config`], [`store`] (SQLite/PostgreSQL), [`ledger`]
+//!   (budget policy and the transactional commit).
 
 pub mod accountant;
 pub mod cli;
+pub mod config;
 pub mod data;
 pub mod eval;
+pub mod ledger;
 pub mod privacy;
 pub mod rng;
+pub mod store;
 pub mod train;
