@@ -8,7 +8,8 @@
 //! - [`eval`]: cross validation, metrics, reports and plots;
 //! - [`cli`]: the `dprec` command line;
 //! - the service: [`config`], [`store`] (SQLite/PostgreSQL), [`ledger`]
-//!   (budget policy and the transactional commit).
+//!   (budget policy and the transactional commit), [`retrain`] (release pipeline and
+//!   scheduler), [`serve`] (in-memory model registry, top-N) and [`metrics`].
 
 pub mod accountant;
 pub mod cli;
@@ -16,7 +17,10 @@ pub mod config;
 pub mod data;
 pub mod eval;
 pub mod ledger;
+pub mod metrics;
 pub mod privacy;
+pub mod retrain;
 pub mod rng;
+pub mod serve;
 pub mod store;
 pub mod train;
