@@ -174,6 +174,7 @@ impl Retrainer {
             min_release_eps: s.budget.min_release_eps,
             popularity_eps: s.budget.popularity_eps,
             planned_user_event: self.trainer.planned_user_event(),
+            check_user_filter: private,
         };
         let plan = plan(&params, &budgets, &snap.users);
         if plan.admitted.is_empty() {

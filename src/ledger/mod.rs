@@ -163,6 +163,9 @@ pub struct PlanParams {
     pub popularity_eps: f64,
     /// The per-user event the trainer plans (`Trainer::planned_user_event`).
     pub planned_user_event: Option<PrivacyEvent>,
+    /// Apply the users' Renyi filters (false only for non-private releases, which
+    /// charge nothing).
+    pub check_user_filter: bool,
 }
 
 /// Decides which ratings take part in a release and with which shares.
@@ -174,7 +177,8 @@ pub struct PlanParams {
 ///    `PureDp(share)` for each of the user's admitted ratings (an upper bound of what the
 ///    release can charge: per rating the trainer plus popularity charges are at most the
 ///    share, and pure-DP RDP is superadditive in eps); users whose Renyi filter would not
-///    admit it are left out with all their ratings.
+///    admit it are left out with all their ratings (skipped for non-private releases,
+///    which charge nothing).
 pub fn plan(
     params: &PlanParams,
     ratings: &[RatingBudget],
@@ -202,6 +206,10 @@ pub fn plan(
         }
     }
     for (user, admitted) in by_user {
+        if !params.check_user_filter {
+            out.admitted.extend(admitted);
+            continue;
+        }
         let Some(budget) = users.get(user) else {
             out.users_excluded
                 .insert(user.to_string(), Exclusion::UserInvalid("no budget".into()));
@@ -332,6 +340,7 @@ mod tests {
             min_release_eps: 0.01,
             popularity_eps: 0.05,
             planned_user_event: Some(PrivacyEvent::gaussian(5.0, 1).unwrap()),
+            check_user_filter: true,
         };
         let r = |id, user: &str, eps, spent| RatingBudget {
             id,
@@ -375,6 +384,7 @@ mod tests {
             min_release_eps: 1e-6,
             popularity_eps: 0.01,
             planned_user_event: None,
+            check_user_filter: true,
         };
         let ratings = vec![RatingBudget {
             id: 1,
@@ -385,5 +395,11 @@ mod tests {
         let p = plan(&params, &ratings, &users);
         assert!(p.admitted.is_empty());
         assert_eq!(p.users_excluded.get("u"), Some(&Exclusion::UserFilterFull));
+        // Non-private releases charge nothing and skip the filter.
+        let open = PlanParams {
+            check_user_filter: false,
+            ..params
+        };
+        assert_eq!(plan(&open, &ratings, &users).admitted.len(), 1);
     }
 }
