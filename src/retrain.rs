@@ -219,20 +219,25 @@ impl Retrainer {
         let fit = {
             let ratings = ratings.clone();
             let budgets = train_budgets.clone();
-            let prior = self.registry.current();
+            // The last published DP model, re-indexed to this release's users and items
+            // (only proven releases: their factors are already-charged DP outputs).
+            let prior = self
+                .registry
+                .current()
+                .filter(|p| p.guarantee == "proven")
+                .map(|p| {
+                    let items: Vec<String> = snap.items.clone();
+                    p.reindexed(&user_ids, &items)
+                });
             tokio::task::spawn_blocking(move || {
                 std::panic::catch_unwind(AssertUnwindSafe(|| {
                     let matrix = Interactions::new(&ratings);
-                    let prior_model = prior
-                        .as_ref()
-                        .filter(|p| p.guarantee == "proven")
-                        .map(|p| &p.model);
                     let data = TrainData {
                         ratings: &ratings,
                         matrix: &matrix,
                         scale,
                         budgets: Some(&budgets),
-                        prior: prior_model,
+                        prior: prior.as_ref(),
                     };
                     let mut rng = crate::rng::from_seed_or_os(seed);
                     trainer.fit(&data, &mut rng).map(|f| (f, rng))

@@ -203,6 +203,36 @@ impl Published {
         }
     }
 
+    /// This release's model re-indexed for new id lists (`users`, `items` in the new
+    /// release's index order): rows are copied by id, unknown ids get zero rows. A
+    /// trainer's `prior` must be indexed like its training data.
+    pub fn reindexed(&self, users: &[String], items: &[String]) -> FactorModel {
+        let m = &self.model;
+        let d = m.rank();
+        let mut out = FactorModel::zeros(users.len(), items.len(), d, m.global_mean, m.scale);
+        for (new, id) in users.iter().enumerate() {
+            if let Some(old) = self.user_index(id).filter(|&u| u < m.user_bias.len()) {
+                out.user_bias[new] = m.user_bias[old];
+                if old < m.user_factors.nrows() {
+                    out.user_factors
+                        .row_mut(new)
+                        .assign(&m.user_factors.row(old));
+                }
+            }
+        }
+        for (new, id) in items.iter().enumerate() {
+            if let Some(old) = self.item_index(id).filter(|&j| j < m.item_bias.len()) {
+                out.item_bias[new] = m.item_bias[old];
+                if old < m.item_factors.nrows() {
+                    out.item_factors
+                        .row_mut(new)
+                        .assign(&m.item_factors.row(old));
+                }
+            }
+        }
+        out
+    }
+
     /// Items most similar to `item` by cosine similarity of the DP item profiles.
     /// `None` when the item is unknown; empty when the model has no item factors.
     pub fn similar(&self, item: &str, n: usize) -> Option<Vec<Scored>> {
@@ -329,6 +359,21 @@ mod tests {
         assert_eq!(s[0].item, "b");
         assert!((s[0].score - 1.0).abs() < 1e-12);
         assert!(p.similar("zz", 2).is_none());
+    }
+
+    #[test]
+    fn reindexed_copies_rows_by_id() {
+        let p = published();
+        let m = p.reindexed(
+            &["u1".into(), "new".into()],
+            &["c".into(), "zz".into(), "a".into()],
+        );
+        assert_eq!(m.user_factors[[0, 0]], -1.0);
+        assert_eq!(m.user_factors[[1, 0]], 0.0);
+        assert_eq!(m.item_factors[[0, 0]], -1.0);
+        assert_eq!(m.item_factors[[1, 0]], 0.0);
+        assert_eq!(m.item_factors[[2, 0]], 1.0);
+        assert_eq!(m.global_mean, 3.0);
     }
 
     #[test]

@@ -69,6 +69,18 @@ impl Trainer for FakeDp {
             ));
         }
         let r = data.ratings;
+        if let Some(p) = data.prior {
+            // The prior must be indexed like the training data.
+            if p.item_factors.nrows() != r.n_items || p.user_bias.len() != r.n_users {
+                return Err(TrainError::Numerical(format!(
+                    "prior model is {}x{}, data is {}x{}",
+                    p.user_bias.len(),
+                    p.item_factors.nrows(),
+                    r.n_users,
+                    r.n_items
+                )));
+            }
+        }
         let mut m = FactorModel::zeros(r.n_users, r.n_items, 2, r.mean(), data.scale);
         // Item factor = (number of ratings, mean rating); user factor = (1, 0): users'
         // top-N is the most rated item first.

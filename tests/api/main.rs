@@ -6,6 +6,7 @@ mod helpers;
 
 mod fake;
 
+mod admin;
 mod auth;
 mod health;
 mod ledger;
