@@ -91,6 +91,7 @@ impl From<sqlx::Error> for CommitError {
 /// COMMIT; an error aborts the transaction as a crash there would.
 pub type InsideTxHook = dyn Fn() -> Result<(), String> + Send + Sync;
 
+/// Ratings per statement (9 binds each for the charge rows: within both backends' limits).
 const CHUNK: usize = 400;
 
 /// Records `rec` atomically; returns the release id.
@@ -136,6 +137,8 @@ pub async fn commit(
         for r in q.fetch_all(&mut *tx).await? {
             stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
         }
+        // Re-check every charge of the chunk against the stored state first.
+        let mut next = Vec::with_capacity(chunk.len());
         for c in chunk {
             let &(eps, spent) = stored
                 .get(&c.rating_id)
@@ -149,27 +152,64 @@ pub async fn commit(
                     charge,
                 });
             }
-            sqlx::query("UPDATE ratings SET spent = $2, releases = releases + 1 WHERE id = $1")
-                .bind(c.rating_id)
-                .bind(spent + charge)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO rating_charges (release_id, rating_id, user_id, item_id, eps_train, \
-                 eps_popularity, eps, unit, neighbour) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(release_id)
-            .bind(c.rating_id)
-            .bind(&c.user)
-            .bind(&c.item)
-            .bind(c.eps_train)
-            .bind(c.eps_popularity)
-            .bind(charge)
-            .bind(&rec.rating_unit)
-            .bind(&rec.rating_neighbour)
-            .execute(&mut *tx)
-            .await?;
+            next.push((c.rating_id, spent + charge));
         }
+        // One UPDATE (CASE over the ids) and one multi-row INSERT per chunk.
+        let mut sql = String::from("UPDATE ratings SET spent = CASE id");
+        for k in 0..next.len() {
+            sql.push_str(&format!(" WHEN ${} THEN ${}", 2 * k + 1, 2 * k + 2));
+        }
+        sql.push_str(" ELSE spent END, releases = releases + 1 WHERE id IN (");
+        let ids: Vec<String> = (0..next.len()).map(|k| format!("${}", 2 * k + 1)).collect();
+        sql.push_str(&ids.join(", "));
+        sql.push(')');
+        let mut q = sqlx::query(&sql);
+        for (id, spent) in &next {
+            q = q.bind(*id).bind(*spent);
+        }
+        let updated = q.execute(&mut *tx).await?.rows_affected();
+        if updated != next.len() as u64 {
+            return Err(CommitError::Store(StoreError::Corrupt(format!(
+                "updated {updated} of {} ratings",
+                next.len()
+            ))));
+        }
+        let mut sql = String::from(
+            "INSERT INTO rating_charges (release_id, rating_id, user_id, item_id, eps_train, \
+             eps_popularity, eps, unit, neighbour) VALUES ",
+        );
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|k| {
+                let b = 9 * k;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7,
+                    b + 8,
+                    b + 9
+                )
+            })
+            .collect();
+        sql.push_str(&rows.join(", "));
+        let mut q = sqlx::query(&sql);
+        for c in chunk {
+            q = q
+                .bind(release_id)
+                .bind(c.rating_id)
+                .bind(&c.user)
+                .bind(&c.item)
+                .bind(c.eps_train)
+                .bind(c.eps_popularity)
+                .bind(c.total())
+                .bind(&rec.rating_unit)
+                .bind(&rec.rating_neighbour);
+        }
+        q.execute(&mut *tx).await?;
     }
 
     // Per-user RDP ledger: lock, re-check the filter, compose, record.
