@@ -422,3 +422,68 @@ async fn non_private_release_charges_nothing(url: &str) {
     app.stop().await;
 }
 both_backends!(non_private_release_charges_nothing);
+
+/// Timing of a release over ML-100K-sized data (100k ratings, 943 users): run with
+/// `cargo test --test api -- --ignored large_release --nocapture`.
+async fn large_release(url: &str) {
+    let (t, _) = FakeDp::new(None);
+    let mut s = settings(url);
+    s.budget.default_user_eps = 1e6;
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    let batch: Vec<dprec::store::NewRating> = (0..100_000)
+        .map(|k| dprec::store::NewRating {
+            user: format!("u{}", k % 943),
+            item: format!("i{}", (k * 7 + k / 943) % 1682),
+            value: 3.0,
+            eps: Some(1.0),
+        })
+        .collect();
+    let defaults = dprec::store::Defaults {
+        rating_eps: 1.0,
+        user_eps: 1e6,
+        user_delta: 1e-6,
+    };
+    let started = std::time::Instant::now();
+    let mut unique = std::collections::HashSet::new();
+    let batch: Vec<_> = batch
+        .into_iter()
+        .filter(|r| unique.insert((r.user.clone(), r.item.clone())))
+        .collect();
+    for chunk in batch.chunks(10_000) {
+        app.store.upsert_ratings(chunk, defaults).await.unwrap();
+    }
+    let ingest = started.elapsed();
+    let started = std::time::Instant::now();
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    eprintln!(
+        "large_release [{}]: {} ratings ingested in {:.1} s, release in {:.1} s",
+        app.store.backend().name(),
+        batch.len(),
+        ingest.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+
+mod large_release_timing {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timing run"]
+    async fn sqlite() {
+        let db = crate::helpers::TestDb::new(crate::helpers::Kind::Sqlite, "large_release")
+            .await
+            .unwrap();
+        super::large_release(&db.url).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timing run"]
+    async fn postgres() {
+        if let Some(db) =
+            crate::helpers::TestDb::new(crate::helpers::Kind::Postgres, "large_release").await
+        {
+            super::large_release(&db.url).await;
+        }
+    }
+}
