@@ -5,7 +5,10 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix_web::dev::{Server, Service};
+use actix_web::dev::{Server, Service, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
+use actix_web::ResponseError;
 use actix_web::{web, App, HttpRequest, HttpServer};
 use anyhow::{bail, Context};
 
@@ -132,6 +135,12 @@ impl Application {
             metrics.clone(),
             hooks,
         ));
+        let abandoned = store
+            .fail_abandoned_jobs(settings.scheduler.lease_secs)
+            .await?;
+        if abandoned > 0 {
+            log::warn!("marked {abandoned} abandoned retrain job(s) as failed");
+        }
         if let Some(id) = retrainer.load_latest().await? {
             log::info!("serving release {id} from the store");
         }
@@ -153,7 +162,7 @@ impl Application {
                 .app_data(state.clone())
                 .app_data(web::QueryConfig::default().error_handler(|e, _| {
                     ApiError::new(
-                        actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+                        StatusCode::UNPROCESSABLE_ENTITY,
                         "Invalid query",
                         e.to_string(),
                     )
@@ -185,6 +194,10 @@ impl Application {
                         Ok(res)
                     }
                 })
+                .wrap(
+                    ErrorHandlers::new()
+                        .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
+                )
                 .configure(api::routes)
                 .default_service(web::to(|req: HttpRequest| async move {
                     Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
@@ -229,6 +242,21 @@ impl Application {
     pub fn handle(&self) -> actix_web::dev::ServerHandle {
         self.server.handle()
     }
+}
+
+/// Turns actix's bare 405 into problem+json.
+fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let detail = format!(
+        "{} is not allowed on {}",
+        res.request().method(),
+        res.request().path()
+    );
+    let (req, _) = res.into_parts();
+    let problem = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed", detail);
+    let res = ServiceResponse::new(req, problem.error_response())
+        .map_into_boxed_body()
+        .map_into_right_body();
+    Ok(ErrorHandlerResponse::Response(res))
 }
 
 fn redact(url: &str) -> String {

@@ -139,40 +139,35 @@ pub fn path_id(state: &AppState, field: &str, raw: &str) -> Result<domain::Id, A
         .map_err(|e| ApiError::invalid(field, format!("{field} {e}")))
 }
 
-/// Routes of the service.
+/// Routes of the service. Each path is one resource, so a wrong method is a 405.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(health::healthz))
-        .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics))
-        .route("/openapi.json", web::get().to(health::openapi_json))
-        .route("/docs", web::get().to(health::docs))
+    cfg.service(web::resource("/healthz").get(health::healthz))
+        .service(web::resource("/readyz").get(health::readyz))
+        .service(web::resource("/metrics").get(health::metrics))
+        .service(web::resource("/openapi.json").get(health::openapi_json))
+        .service(web::resource("/docs").get(health::docs))
         .service(
             web::scope("/v1")
-                .route("/ratings", web::post().to(ratings::ingest))
-                .route(
-                    "/users/{user}/ratings/{item}",
-                    web::delete().to(ratings::delete_rating),
+                .service(web::resource("/ratings").post(ratings::ingest))
+                .service(
+                    web::resource("/users/{user}/ratings/{item}").delete(ratings::delete_rating),
                 )
-                .route("/users/{user}", web::delete().to(users::delete_user))
-                .route("/users/{user}/settings", web::get().to(users::get_settings))
-                .route("/users/{user}/settings", web::put().to(users::put_settings))
-                .route("/users/{user}/budget", web::get().to(users::audit))
-                .route(
-                    "/users/{user}/recommendations",
-                    web::get().to(recommend::recommendations),
+                .service(web::resource("/users/{user}").delete(users::delete_user))
+                .service(
+                    web::resource("/users/{user}/settings")
+                        .get(users::get_settings)
+                        .put(users::put_settings),
                 )
-                .route("/items/{item}/similar", web::get().to(recommend::similar))
-                .route("/models", web::get().to(models::list))
-                .route("/models/current", web::get().to(models::current))
-                .route(
-                    "/models/current/items",
-                    web::get().to(models::item_profiles),
+                .service(web::resource("/users/{user}/budget").get(users::audit))
+                .service(
+                    web::resource("/users/{user}/recommendations").get(recommend::recommendations),
                 )
-                .route(
-                    "/models/current/users/{user}",
-                    web::get().to(models::user_profile),
-                )
-                .route("/admin/retrain", web::post().to(admin::retrain))
-                .route("/admin/jobs/{id}", web::get().to(admin::job)),
+                .service(web::resource("/items/{item}/similar").get(recommend::similar))
+                .service(web::resource("/models").get(models::list))
+                .service(web::resource("/models/current").get(models::current))
+                .service(web::resource("/models/current/items").get(models::item_profiles))
+                .service(web::resource("/models/current/users/{user}").get(models::user_profile))
+                .service(web::resource("/admin/retrain").post(admin::retrain))
+                .service(web::resource("/admin/jobs/{id}").get(admin::job)),
         );
 }

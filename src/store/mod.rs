@@ -763,6 +763,21 @@ impl Store {
         Ok(())
     }
 
+    /// Jobs still `running` after a lease lifetime belong to a process that stopped
+    /// (nothing of theirs was committed, or they would be finished): mark them failed.
+    pub async fn fail_abandoned_jobs(&self, lease_secs: u64) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'failed', reason = 'abandoned: the process running it stopped', \
+             finished_at = $1 WHERE status = 'running' AND created_at < $2",
+        )
+        .bind(now)
+        .bind(now - (lease_secs as i64) * 1000)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     pub async fn job(&self, id: i64) -> Result<Option<JobRow>, StoreError> {
         let row = sqlx::query(
             "SELECT id, kind, status, reason, release_id, created_at, finished_at \

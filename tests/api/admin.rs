@@ -88,3 +88,23 @@ async fn import_loads_movielens_files_in_batches() {
     assert!(format!("{err:#}").contains("403"), "{err:#}");
     app.stop().await;
 }
+
+/// A job left `running` by a stopped process is marked failed at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_jobs_are_failed_at_start() {
+    let db = TestDb::new(Kind::Sqlite, "abandoned").await.unwrap();
+    let (t, _) = FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(settings(&db.url), t.clone(), Hooks::default()).await;
+    let id = app.store.create_job("admin").await.unwrap();
+    sqlx::query("UPDATE jobs SET created_at = 0 WHERE id = $1")
+        .bind(id)
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+    app.stop().await;
+    let again = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let (_, job) = again.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(job["reason"].as_str().unwrap().contains("abandoned"));
+    again.stop().await;
+}

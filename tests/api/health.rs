@@ -39,6 +39,12 @@ async fn probes_metrics_docs_and_unknown_routes() {
     let (st, spec) = app.get("/openapi.json", "").await;
     assert_eq!(st, 200);
     assert!(spec["paths"]["/v1/ratings"]["post"].is_object());
+    let r = app.client.get(app.url("/v1/ratings")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
     let r = app.client.get(app.url("/v2/nothing")).send().await.unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(
