@@ -5,13 +5,12 @@ use std::time::Duration;
 
 use dprec::retrain::Hooks;
 
+use crate::both_backends;
 use crate::fake::FakeDp;
 use crate::helpers::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduler_retrains_when_enough_new_ratings() {
-    let db = TestDb::new(Kind::Sqlite, "scheduler").await.unwrap();
-    let mut s = settings(&db.url);
+async fn scheduler_retrains_when_enough_new_ratings(url: &str) {
+    let mut s = settings(url);
     s.scheduler.enabled = true;
     s.scheduler.retrain_interval_secs = 1;
     s.scheduler.min_new_ratings = 3;
@@ -41,6 +40,7 @@ async fn scheduler_retrains_when_enough_new_ratings() {
     assert_eq!(j["kind"], "scheduled");
     app.stop().await;
 }
+both_backends!(scheduler_retrains_when_enough_new_ratings);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_loads_movielens_files_in_batches() {
@@ -90,11 +90,9 @@ async fn import_loads_movielens_files_in_batches() {
 }
 
 /// A job left `running` by a stopped process is marked failed at the next start.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abandoned_jobs_are_failed_at_start() {
-    let db = TestDb::new(Kind::Sqlite, "abandoned").await.unwrap();
+async fn abandoned_jobs_are_failed_at_start(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
-    let app = TestApp::spawn(settings(&db.url), t.clone(), Hooks::default()).await;
+    let app = TestApp::spawn(settings(url), t.clone(), Hooks::default()).await;
     let id = app.store.create_job("admin").await.unwrap();
     sqlx::query("UPDATE jobs SET created_at = 0 WHERE id = $1")
         .bind(id)
@@ -102,9 +100,10 @@ async fn abandoned_jobs_are_failed_at_start() {
         .await
         .unwrap();
     app.stop().await;
-    let again = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let again = TestApp::spawn(settings(url), t, Hooks::default()).await;
     let (_, job) = again.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
     assert_eq!(job["status"], "failed", "{job}");
     assert!(job["reason"].as_str().unwrap().contains("abandoned"));
     again.stop().await;
 }
+both_backends!(abandoned_jobs_are_failed_at_start);

@@ -5,14 +5,13 @@ use dprec::config::AuthMode;
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::both_backends;
 use crate::fake::FakeDp;
 use crate::helpers::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_and_roles() {
-    let db = TestDb::new(Kind::Sqlite, "keys_and_roles").await.unwrap();
+async fn keys_and_roles(url: &str) {
     let (t, _) = FakeDp::gaussian(5.0);
-    let app = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
     let body = json!({"ratings": [{"user": "u", "item": "i", "rating": 3.0}]});
     // No key, bad key: 401 with problem+json.
     let r = app
@@ -49,13 +48,12 @@ async fn keys_and_roles() {
     assert_eq!(st, 401);
     app.stop().await;
 }
+both_backends!(keys_and_roles);
 
 /// Zero-setup start: no keys configured generates one admin key, stored hashed, shown
 /// once; a second start on the same database does not generate another.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_start_generates_admin_key_once() {
-    let db = TestDb::new(Kind::Sqlite, "bootstrap").await.unwrap();
-    let mut s = settings(&db.url);
+async fn first_start_generates_admin_key_once(url: &str) {
+    let mut s = settings(url);
     s.auth.keys.clear();
     let (t, _) = FakeDp::gaussian(5.0);
     let app = TestApp::spawn(s.clone(), t.clone(), Hooks::default()).await;
@@ -71,6 +69,7 @@ async fn first_start_generates_admin_key_once() {
     assert_eq!(st, 200);
     again.stop().await;
 }
+both_backends!(first_start_generates_admin_key_once);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_refusals() {

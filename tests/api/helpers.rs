@@ -15,7 +15,21 @@ pub const ADMIN: &str = "test-admin-key-0123456789";
 pub const WRITER: &str = "test-writer-key-0123456789";
 pub const READER: &str = "test-reader-key-0123456789";
 
-const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The PostgreSQL server the tests create their databases on (`DPREC_TEST_PG_URL`
+/// overrides; it must name a database the tests can connect to, e.g. `postgres`).
+fn pg_admin_url() -> String {
+    std::env::var("DPREC_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// `pg_admin_url()` with the database name replaced.
+fn pg_url_for(db: &str) -> String {
+    let base = pg_admin_url();
+    match base.rfind('/') {
+        Some(i) if i > "postgres://".len() => format!("{}/{db}", &base[..i]),
+        _ => format!("{base}/{db}"),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -48,7 +62,7 @@ impl TestDb {
                 use sqlx::Connection;
                 let conn = tokio::time::timeout(
                     Duration::from_secs(5),
-                    sqlx::PgConnection::connect(PG_ADMIN_URL),
+                    sqlx::PgConnection::connect(&pg_admin_url()),
                 )
                 .await;
                 let mut conn = match conn {
@@ -61,7 +75,14 @@ impl TestDb {
                         if std::env::var("DPREC_REQUIRE_POSTGRES").as_deref() == Ok("1") {
                             panic!("{test}: PostgreSQL unreachable ({why}) and DPREC_REQUIRE_POSTGRES=1");
                         }
-                        eprintln!("SKIPPED {test} [postgres]: PostgreSQL unreachable at {PG_ADMIN_URL} ({why})");
+                        // Written to the real stderr (not the captured test output),
+                        // so a skipped backend is visible in a plain `cargo test`.
+                        use std::io::Write;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "SKIPPED {test} [postgres]: PostgreSQL unreachable at {} ({why})",
+                            pg_admin_url()
+                        );
                         return None;
                     }
                 };
@@ -75,7 +96,7 @@ impl TestDb {
                     .await
                     .unwrap();
                 Some(Self {
-                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    url: pg_url_for(&name),
                     pg_name: Some(name),
                     _dir: None,
                 })
@@ -94,7 +115,7 @@ impl Drop for TestDb {
                     .unwrap();
                 rt.block_on(async move {
                     use sqlx::Connection;
-                    if let Ok(mut c) = sqlx::PgConnection::connect(PG_ADMIN_URL).await {
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&pg_admin_url()).await {
                         let _ =
                             sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                                 .execute(&mut c)

@@ -95,11 +95,9 @@ both_backends!(baseline_end_to_end);
 
 /// Similar items from the DP item profiles of a (fake) DP trainer; deleted users fall
 /// back to popularity.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn similar_items_and_deleted_users() {
-    let db = TestDb::new(Kind::Sqlite, "similar").await.unwrap();
+async fn similar_items_and_deleted_users(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
-    let app = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
     app.ingest(&[
         ("u1", "a", 5.0, None),
         ("u2", "a", 5.0, None),
@@ -134,3 +132,4 @@ async fn similar_items_and_deleted_users() {
     assert_eq!(cur["release"]["n_users"], 2);
     app.stop().await;
 }
+both_backends!(similar_items_and_deleted_users);
