@@ -383,14 +383,11 @@ impl Retrainer {
             popularity_json: serde_json::to_string(&popularity)?,
         };
         let charged: f64 = rec.rating_charges.iter().map(|c| c.total()).sum();
-        let release_id = match commit(&self.store, &rec, self.hooks.inside_commit.as_deref()).await
-        {
-            Ok(id) => id,
-            Err(e) => return Ok(Outcome::Failed(format!("ledger commit: {e}"))),
-        };
-        let published = Published::new(
+        // Build the served form before committing, so a model that cannot be served
+        // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
+        let mut published = Published::new(
             ReleaseMeta {
-                release_id,
+                release_id: 0,
                 trainer: rec.trainer.clone(),
                 guarantee: rec.guarantee.clone(),
                 created_at: now_ms(),
@@ -399,7 +396,14 @@ impl Retrainer {
             user_ids,
             item_list,
             noisy,
-        )?;
+        )
+        .map_err(|e| anyhow::anyhow!("the trained model cannot be served: {e}"))?;
+        let release_id = match commit(&self.store, &rec, self.hooks.inside_commit.as_deref()).await
+        {
+            Ok(id) => id,
+            Err(e) => return Ok(Outcome::Failed(format!("ledger commit: {e}"))),
+        };
+        published.release_id = release_id;
         self.registry.publish(Arc::new(published));
         self.metrics.model_version.set(release_id);
         self.metrics
