@@ -351,6 +351,16 @@ mod tests {
         assert_eq!(s.trainer.name, "dp-alt");
     }
 
+    /// The sample production config in deploy/ parses and validates.
+    #[test]
+    fn sample_config_is_valid() {
+        let t: toml::Table = include_str!("../deploy/dprec.toml").parse().unwrap();
+        let s: Settings = toml::Value::Table(t).try_into().unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.auth.keys.len(), 3);
+        assert_eq!(s.trainer.name, "dp-alt");
+    }
+
     #[test]
     fn unknown_keys_and_bad_values_are_rejected() {
         let t: toml::Table = "[server]\nbindd = \"x\"\n".parse().unwrap();
