@@ -131,6 +131,9 @@ pub struct SchedulerSettings {
     pub min_new_ratings: u64,
     /// Lifetime of the trainer lease in seconds.
     pub lease_secs: u64,
+    /// Seconds between checks for releases published by another instance (replicas
+    /// sharing one database serve the newest release); 0 disables.
+    pub reload_secs: u64,
 }
 
 impl Default for ServerSettings {
@@ -204,6 +207,7 @@ impl Default for SchedulerSettings {
             retrain_interval_secs: 3600,
             min_new_ratings: 100,
             lease_secs: 900,
+            reload_secs: 10,
         }
     }
 }

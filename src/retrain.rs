@@ -434,6 +434,32 @@ impl Retrainer {
         Ok(Some(id))
     }
 
+    /// Replicas: every `scheduler.reload_secs`, serve a newer release committed by another
+    /// instance on the same database.
+    pub async fn watch_releases(self: Arc<Self>) {
+        let secs = self.settings.scheduler.reload_secs;
+        if secs == 0 {
+            return;
+        }
+        let every = Duration::from_secs(secs);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            let current = self.registry.current().map(|p| p.release_id).unwrap_or(0);
+            match self.store.latest_model_id().await {
+                Ok(Some(id)) if id > current => match self.load_latest().await {
+                    Ok(_) => log::info!("serving release {id} published by another instance"),
+                    Err(e) => log::error!("loading release {id}: {e:#}"),
+                },
+                Ok(_) => {}
+                Err(e) => {
+                    self.metrics.store_errors.inc();
+                    log::error!("checking for new releases: {e}");
+                }
+            }
+        }
+    }
+
     /// The scheduler: every interval, retrain when `min_new_ratings` arrived since the
     /// last release (or since start-up when there is none).
     pub async fn schedule(self: Arc<Self>) {

@@ -231,10 +231,12 @@ impl Application {
         let sched = self
             .scheduler
             .then(|| tokio::spawn(self.retrainer.clone().schedule()));
+        let watch = tokio::spawn(self.retrainer.clone().watch_releases());
         let r = self.server.await;
         if let Some(h) = sched {
             h.abort();
         }
+        watch.abort();
         r
     }
 

@@ -620,6 +620,14 @@ impl Store {
         row.as_ref().map(release_from_row).transpose()
     }
 
+    /// Id of the newest stored model, if any.
+    pub async fn latest_model_id(&self) -> Result<Option<i64>, StoreError> {
+        let r = sqlx::query("SELECT MAX(release_id) FROM models")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.try_get(0)?)
+    }
+
     /// The newest release that has a model.
     pub async fn latest_model(&self) -> Result<Option<ModelRow>, StoreError> {
         let row = sqlx::query(

@@ -65,3 +65,30 @@ async fn releases_downloads_and_restart(url: &str) {
     again.stop().await;
 }
 both_backends!(releases_downloads_and_restart);
+
+/// Two replicas on one database: a release published by one is served by the other.
+async fn replicas_serve_the_newest_release(url: &str) {
+    let mut s = settings(url);
+    s.scheduler.reload_secs = 1;
+    let (t, _) = FakeDp::gaussian(20.0);
+    let a = TestApp::spawn(s.clone(), t.clone(), Hooks::default()).await;
+    let b = TestApp::spawn(s, t, Hooks::default()).await;
+    a.ingest(&[("u1", "a", 4.0, None), ("u2", "b", 3.0, None)])
+        .await;
+    let job = a.retrain().await;
+    let id = job["release_id"].as_i64().unwrap();
+    let mut seen = None;
+    for _ in 0..50 {
+        seen = b.app_registry.current().map(|p| p.release_id);
+        if seen == Some(id) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, Some(id));
+    let (_, rec) = b.get("/v1/users/u1/recommendations", READER).await;
+    assert_eq!(rec["model_version"].as_i64(), Some(id));
+    a.stop().await;
+    b.stop().await;
+}
+both_backends!(replicas_serve_the_newest_release);
