@@ -117,6 +117,15 @@ async fn similar_items_and_deleted_users(url: &str) {
     assert_eq!(rec["fallback"], false);
     let (st, _) = app.delete("/v1/users/u3", WRITER).await;
     assert_eq!(st, 204);
+    // The raw data is gone; the budget slots and ledger rows stay.
+    use sqlx::Row;
+    let live: i64 =
+        sqlx::query("SELECT COUNT(*) FROM ratings WHERE user_id = 'u3' AND value IS NOT NULL")
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(live, 0);
     let (_, rec) = app.get("/v1/users/u3/recommendations", READER).await;
     assert_eq!(rec["fallback"], true, "{rec}");
     let (_, audit) = app.get("/v1/users/u3/budget", READER).await;
