@@ -6,12 +6,24 @@
 //! - [`privacy`]: pure noise mechanisms and sampling primitives (no I/O);
 //! - [`accountant`]: Renyi-DP accounting, conversion and the Renyi filter (pure);
 //! - [`eval`]: cross validation, metrics, reports and plots;
-//! - [`cli`]: the `dprec` command line.
+//! - [`cli`]: the `dprec` command line;
+//! - the service (`dprec serve`): [`config`], [`store`] (SQLite/PostgreSQL), [`ledger`]
+//!   (budget policy and the transactional commit), [`retrain`] (release pipeline and
+//!   scheduler), [`serve`] (in-memory model registry, top-N), [`api`] (HTTP handlers,
+//!   problem+json, auth, OpenAPI), [`metrics`] and [`startup`].
 
 pub mod accountant;
+pub mod api;
 pub mod cli;
+pub mod config;
 pub mod data;
 pub mod eval;
+pub mod ledger;
+pub mod metrics;
 pub mod privacy;
+pub mod retrain;
 pub mod rng;
+pub mod serve;
+pub mod startup;
+pub mod store;
 pub mod train;

@@ -4,6 +4,9 @@ use clap::{Parser, Subcommand};
 
 pub mod accountant;
 pub mod eval;
+pub mod import;
+pub mod openapi;
+pub mod serve;
 pub mod synth;
 
 /// dprec: differentially private recommendations with an honest privacy ledger.
@@ -23,6 +26,12 @@ pub enum Command {
     /// Seeded synthetic ratings (low rank + biases + noise, power-law popularity) as a
     /// MovieLens-style CSV.
     Synth(synth::SynthArgs),
+    /// Run the recommendation service (REST API, scheduler, ledger).
+    Serve(serve::ServeArgs),
+    /// Load MovieLens ratings into a running service through the batch endpoint.
+    Import(import::ImportArgs),
+    /// Print the OpenAPI document of the service.
+    Openapi,
 }
 
 /// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
@@ -32,6 +41,9 @@ pub fn main() -> std::process::ExitCode {
         Command::Eval(args) => eval::run(*args),
         Command::Accountant(args) => accountant::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Import(args) => import::run(args),
+        Command::Openapi => openapi::run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,107 @@
+//! API keys with roles (admin > writer > reader). Keys are compared by SHA-256 digest.
+//! `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
+
+use std::collections::HashMap;
+use std::future::{ready, Ready};
+
+use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use sha2::{Digest, Sha256};
+
+use super::problem::ApiError;
+use super::AppState;
+use crate::config::{AuthMode, Role};
+
+/// The key table the server checks against.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    pub mode: AuthMode,
+    by_hash: HashMap<String, Role>,
+}
+
+pub fn hash_key(key: &str) -> String {
+    let d = Sha256::digest(key.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh random key (256 bits, hex).
+pub fn generate_key() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "dprec_{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
+}
+
+pub fn parse_role(s: &str) -> Option<Role> {
+    match s {
+        "admin" => Some(Role::Admin),
+        "writer" => Some(Role::Writer),
+        "reader" => Some(Role::Reader),
+        _ => None,
+    }
+}
+
+impl Keys {
+    pub fn new(mode: AuthMode, hashed: impl IntoIterator<Item = (String, Role)>) -> Self {
+        Self {
+            mode,
+            by_hash: hashed.into_iter().collect(),
+        }
+    }
+
+    /// The role granted to the request, or the error to answer with.
+    pub fn check(&self, req: &HttpRequest, need: Role) -> Result<Role, ApiError> {
+        if self.mode == AuthMode::Disabled {
+            return Ok(Role::Admin);
+        }
+        let h = req.headers();
+        let key = h
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| {
+                h.get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(|s| s.trim().to_string())
+            });
+        let Some(key) = key else {
+            return Err(ApiError::unauthorized(
+                "an API key is required (Authorization: Bearer KEY or X-Api-Key)",
+            ));
+        };
+        let Some(&role) = self.by_hash.get(&hash_key(&key)) else {
+            return Err(ApiError::unauthorized("unknown API key"));
+        };
+        if role < need {
+            return Err(ApiError::forbidden(format!(
+                "this operation needs the {need:?} role; the key has {role:?}"
+            )));
+        }
+        Ok(role)
+    }
+}
+
+macro_rules! role_extractor {
+    ($name:ident, $role:expr) => {
+        /// Request guard: the caller holds at least this role.
+        pub struct $name;
+
+        impl FromRequest for $name {
+            type Error = ApiError;
+            type Future = Ready<Result<Self, ApiError>>;
+
+            fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+                let r = match req.app_data::<web::Data<AppState>>() {
+                    Some(state) => state.keys.check(req, $role).map(|_| $name),
+                    None => Err(ApiError::internal("application state missing")),
+                };
+                ready(r)
+            }
+        }
+    };
+}
+
+role_extractor!(ReaderKey, Role::Reader);
+role_extractor!(WriterKey, Role::Writer);
+role_extractor!(AdminKey, Role::Admin);

@@ -1,0 +1,126 @@
+//! Parse, don't validate: values that exist are valid. The ledger and trainers never see
+//! an unchecked id, rating or eps.
+
+use crate::data::RatingScale;
+
+/// A user or item id: non-empty, at most `max` bytes, no control characters, no
+/// surrounding whitespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id(String);
+
+impl Id {
+    pub fn parse(s: &str, max: usize) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("must not be empty".into());
+        }
+        if s.len() > max {
+            return Err(format!("must be at most {max} bytes, got {}", s.len()));
+        }
+        if s.chars().any(char::is_control) {
+            return Err("must not contain control characters".into());
+        }
+        if s.trim() != s {
+            return Err("must not start or end with whitespace".into());
+        }
+        Ok(Self(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// A privacy parameter eps: finite, > 0 and at most the configured maximum.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Epsilon(f64);
+
+impl Epsilon {
+    pub fn parse(v: f64, max: f64) -> Result<Self, String> {
+        if !v.is_finite() || v <= 0.0 || v > max {
+            return Err(format!("eps must be > 0 and <= {max}, got {v}"));
+        }
+        Ok(Self(v))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// A delta in (0, 1).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Delta(f64);
+
+impl Delta {
+    pub fn parse(v: f64) -> Result<Self, String> {
+        if !(v > 0.0 && v < 1.0) {
+            return Err(format!("delta must be in (0, 1), got {v}"));
+        }
+        Ok(Self(v))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// A rating on the service's scale (a multiple of the step when the step is > 0).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct RatingValue(f64);
+
+impl RatingValue {
+    pub fn parse(v: f64, scale: RatingScale) -> Result<Self, String> {
+        if !v.is_finite() || !scale.contains(v) {
+            return Err(format!(
+                "rating must be in [{}, {}], got {v}",
+                scale.min, scale.max
+            ));
+        }
+        if scale.step > 0.0 {
+            let k = (v - scale.min) / scale.step;
+            if (k - k.round()).abs() > 1e-9 {
+                return Err(format!(
+                    "rating must be a multiple of {} from {}",
+                    scale.step, scale.min
+                ));
+            }
+        }
+        Ok(Self(v))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        assert!(Id::parse("u1", 8).is_ok());
+        for bad in ["", " u", "u ", "a\nb", "123456789"] {
+            assert!(Id::parse(bad, 8).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn eps_delta_rating() {
+        assert!(Epsilon::parse(0.5, 10.0).is_ok());
+        for bad in [0.0, -1.0, 10.5, f64::NAN, f64::INFINITY] {
+            assert!(Epsilon::parse(bad, 10.0).is_err());
+        }
+        assert!(Delta::parse(1e-6).is_ok());
+        assert!(Delta::parse(0.0).is_err() && Delta::parse(1.0).is_err());
+        let s = RatingScale::new(1.0, 5.0, 0.5).unwrap();
+        assert!(RatingValue::parse(3.5, s).is_ok());
+        assert!(RatingValue::parse(3.2, s).is_err());
+        assert!(RatingValue::parse(5.5, s).is_err());
+        assert!(RatingValue::parse(f64::NAN, s).is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! The HTTP API: thin handlers over the store, the ledger and the served model.
+
+pub mod admin;
+pub mod auth;
+pub mod domain;
+pub mod health;
+pub mod models;
+pub mod openapi;
+pub mod problem;
+pub mod ratings;
+pub mod recommend;
+pub mod users;
+
+use std::sync::Arc;
+
+use actix_web::{http::header, web, HttpRequest};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::config::Settings;
+use crate::data::RatingScale;
+use crate::metrics::Metrics;
+use crate::retrain::Retrainer;
+use crate::serve::Registry;
+use crate::store::Store;
+pub use problem::{ApiError, Problem};
+
+/// Shared state of every handler.
+pub struct AppState {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+    pub retrainer: Arc<Retrainer>,
+    pub settings: Arc<Settings>,
+    pub metrics: Arc<Metrics>,
+    pub keys: auth::Keys,
+    pub scale: RatingScale,
+}
+
+/// Reads a JSON body: `application/json` only, at most `max_body_bytes`, unknown fields
+/// and trailing data rejected, type errors reported with the JSON path of the field.
+pub async fn json_body<T: DeserializeOwned>(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime != "application/json" {
+        return Err(ApiError::unsupported_media(format!(
+            "expected Content-Type application/json, got {ct:?}"
+        )));
+    }
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limit {
+            return Err(ApiError::too_large(format!(
+                "body of {len} bytes exceeds the limit of {limit}"
+            )));
+        }
+    }
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::malformed(format!("reading body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::too_large(format!(
+                "body exceeds the limit of {limit} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_json(&body)
+}
+
+/// Parses JSON with the path of the failing field.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => {
+                let field = if path == "." {
+                    "body".to_string()
+                } else {
+                    path
+                };
+                ApiError::invalid(field, inner.to_string())
+            }
+            _ => ApiError::malformed(format!("malformed JSON: {inner}")),
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::malformed(format!("malformed JSON: {e}")))?;
+    Ok(value)
+}
+
+/// Pagination parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct Page {
+    /// At most this many entries (1..=1000, default 100).
+    pub limit: Option<i64>,
+    /// Entries to skip (default 0).
+    pub offset: Option<i64>,
+}
+
+impl Page {
+    pub fn parse(&self) -> Result<(i64, i64), ApiError> {
+        let limit = self.limit.unwrap_or(100);
+        let offset = self.offset.unwrap_or(0);
+        if !(1..=1000).contains(&limit) {
+            return Err(ApiError::invalid("limit", "limit must be in 1..=1000"));
+        }
+        if offset < 0 {
+            return Err(ApiError::invalid("offset", "offset must be >= 0"));
+        }
+        Ok((limit, offset))
+    }
+}
+
+/// Parses a path id (user or item) with the configured length limit.
+pub fn path_id(state: &AppState, field: &str, raw: &str) -> Result<domain::Id, ApiError> {
+    domain::Id::parse(raw, state.settings.ratings.max_id_len)
+        .map_err(|e| ApiError::invalid(field, format!("{field} {e}")))
+}
+
+/// Routes of the service. Each path is one resource, so a wrong method is a 405.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/healthz").get(health::healthz))
+        .service(web::resource("/readyz").get(health::readyz))
+        .service(web::resource("/metrics").get(health::metrics))
+        .service(web::resource("/openapi.json").get(health::openapi_json))
+        .service(web::resource("/docs").get(health::docs))
+        .service(
+            web::scope("/v1")
+                .service(web::resource("/ratings").post(ratings::ingest))
+                .service(
+                    web::resource("/users/{user}/ratings/{item}").delete(ratings::delete_rating),
+                )
+                .service(web::resource("/users/{user}").delete(users::delete_user))
+                .service(
+                    web::resource("/users/{user}/settings")
+                        .get(users::get_settings)
+                        .put(users::put_settings),
+                )
+                .service(web::resource("/users/{user}/budget").get(users::audit))
+                .service(
+                    web::resource("/users/{user}/recommendations").get(recommend::recommendations),
+                )
+                .service(web::resource("/items/{item}/similar").get(recommend::similar))
+                .service(web::resource("/models").get(models::list))
+                .service(web::resource("/models/current").get(models::current))
+                .service(web::resource("/models/current/items").get(models::item_profiles))
+                .service(web::resource("/models/current/users/{user}").get(models::user_profile))
+                .service(web::resource("/admin/retrain").post(admin::retrain))
+                .service(web::resource("/admin/jobs/{id}").get(admin::job)),
+        );
+}

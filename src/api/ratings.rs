@@ -1,0 +1,158 @@
+//! Batch rating ingestion and rating deletion.
+
+use std::collections::HashSet;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::auth::WriterKey;
+use super::domain::{Epsilon, Id, RatingValue};
+use super::{json_body, path_id, ApiError, AppState};
+use crate::store::{Defaults, NewRating};
+
+/// One rating as sent by a client.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"user": "u1", "item": "i42", "rating": 4.0, "eps": 0.5}))]
+pub struct RatingIn {
+    pub user: String,
+    pub item: String,
+    /// On the configured scale (default 1..5 in steps of 0.5).
+    pub rating: f64,
+    /// Lifetime privacy budget eps_ij of this rating; default: the user's default, else
+    /// the service default. Ignored on a re-rating (the budget slot is kept).
+    pub eps: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RatingBatch {
+    pub ratings: Vec<RatingIn>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IngestResult {
+    /// Ratings stored (new and re-rated).
+    pub accepted: usize,
+    /// Of which new (user, item) pairs.
+    pub created: usize,
+}
+
+/// Validates a whole batch; the first bad field is reported with its index.
+pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRating>, ApiError> {
+    let s = &state.settings;
+    if batch.ratings.is_empty() {
+        return Err(ApiError::invalid("ratings", "the batch is empty"));
+    }
+    if batch.ratings.len() > s.server.max_batch {
+        return Err(ApiError::too_large(format!(
+            "{} ratings exceed the batch limit of {}",
+            batch.ratings.len(),
+            s.server.max_batch
+        ))
+        .with_field("ratings"));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(batch.ratings.len());
+    for (k, r) in batch.ratings.into_iter().enumerate() {
+        let f = |name: &str| format!("ratings[{k}].{name}");
+        let user = Id::parse(&r.user, s.ratings.max_id_len)
+            .map_err(|e| ApiError::invalid(f("user"), format!("user {e}")))?;
+        let item = Id::parse(&r.item, s.ratings.max_id_len)
+            .map_err(|e| ApiError::invalid(f("item"), format!("item {e}")))?;
+        let value = RatingValue::parse(r.rating, state.scale)
+            .map_err(|e| ApiError::invalid(f("rating"), e))?;
+        let eps = r
+            .eps
+            .map(|e| Epsilon::parse(e, s.budget.max_rating_eps))
+            .transpose()
+            .map_err(|e| ApiError::invalid(f("eps"), e))?;
+        if !seen.insert((user.clone(), item.clone())) {
+            return Err(ApiError::invalid(
+                format!("ratings[{k}]"),
+                "duplicate (user, item) pair in the batch",
+            ));
+        }
+        out.push(NewRating {
+            user: user.into_string(),
+            item: item.into_string(),
+            value: value.get(),
+            eps: eps.map(Epsilon::get),
+        });
+    }
+    Ok(out)
+}
+
+/// Ingest a batch of ratings (all or nothing).
+#[utoipa::path(post, path = "/v1/ratings", tag = "ratings",
+    request_body = RatingBatch,
+    responses(
+        (status = 200, description = "Batch stored", body = IngestResult),
+        (status = 400, description = "Malformed JSON", body = super::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or unknown API key", body = super::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Role too low (writer needed)", body = super::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body or batch too large", body = super::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = super::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field (path with index)", body = super::Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = [])))]
+pub async fn ingest(
+    _auth: WriterKey,
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let batch: RatingBatch = json_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let ratings = validate_batch(&state, batch)?;
+    let b = &state.settings.budget;
+    let defaults = Defaults {
+        rating_eps: b.default_rating_eps,
+        user_eps: b.default_user_eps,
+        user_delta: b.default_user_delta,
+    };
+    let created = state
+        .store
+        .upsert_ratings(&ratings, defaults)
+        .await
+        .inspect_err(|_| {
+            state.metrics.store_errors.inc();
+        })?;
+    state.metrics.ratings_ingested.inc_by(ratings.len() as u64);
+    Ok(HttpResponse::Ok().json(IngestResult {
+        accepted: ratings.len(),
+        created,
+    }))
+}
+
+/// Delete one rating: its value leaves future training; its budget slot and ledger
+/// history stay.
+#[utoipa::path(delete, path = "/v1/users/{user}/ratings/{item}", tag = "ratings",
+    params(("user" = String, Path), ("item" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such rating", body = super::Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = [])))]
+pub async fn delete_rating(
+    _auth: WriterKey,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (user, item) = path.into_inner();
+    let user = path_id(&state, "user", &user)?;
+    let item = path_id(&state, "item", &item)?;
+    if state
+        .store
+        .delete_rating(user.as_str(), item.as_str())
+        .await?
+    {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(ApiError::not_found(format!(
+            "user {:?} has no rating of item {:?}",
+            user.as_str(),
+            item.as_str()
+        )))
+    }
+}

@@ -1,0 +1,154 @@
+//! Top-N recommendations and similar items, answered from the served model in memory.
+
+use std::collections::HashSet;
+
+use actix_web::{web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::ReaderKey;
+use super::{path_id, ApiError, AppState};
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RecommendQuery {
+    /// Number of items (1..=1000, default 10).
+    pub n: Option<usize>,
+    /// Items to skip (default 0).
+    pub offset: Option<usize>,
+    /// Include items the user already rated (default false).
+    pub include_rated: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScoredItem {
+    pub item: String,
+    /// Published score (theta_u . v_j + biases), or the DP popularity count in fallback.
+    pub score: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"user": "u1", "model_version": 3, "guarantee": "proven",
+    "fallback": false, "source": "profile", "items": [{"item": "i7", "score": 4.2}]}))]
+pub struct Recommendations {
+    pub user: String,
+    /// Release id of the model that answered.
+    pub model_version: i64,
+    /// `proven` or `non-private`.
+    pub guarantee: String,
+    /// True when the DP popularity answered (no published profile for the user).
+    pub fallback: bool,
+    /// `profile` or `popularity`.
+    pub source: String,
+    pub items: Vec<ScoredItem>,
+}
+
+fn no_model() -> ApiError {
+    ApiError::unavailable("no model has been published yet; ingest ratings and retrain")
+}
+
+/// Top-N items for a user from the published DP profiles, with the DP-popularity fallback.
+#[utoipa::path(get, path = "/v1/users/{user}/recommendations", tag = "recommendations",
+    params(("user" = String, Path), RecommendQuery),
+    responses((status = 200, body = Recommendations),
+        (status = 503, description = "No model published yet", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn recommendations(
+    _auth: ReaderKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    q: web::Query<RecommendQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    let n = q.n.unwrap_or(10);
+    if !(1..=1000).contains(&n) {
+        return Err(ApiError::invalid("n", "n must be in 1..=1000"));
+    }
+    let offset = q.offset.unwrap_or(0);
+    let model = state.registry.current().ok_or_else(no_model)?;
+    let stored = state.store.user(user.as_str()).await?;
+    let deleted = stored.as_ref().is_some_and(|u| u.deleted);
+    let exclude: HashSet<String> = if q.include_rated.unwrap_or(false) {
+        HashSet::new()
+    } else {
+        state
+            .store
+            .rated_items(user.as_str())
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let top = model.top_n(user.as_str(), n, offset, &exclude, deleted);
+    Ok(HttpResponse::Ok().json(Recommendations {
+        user: user.into_string(),
+        model_version: model.release_id,
+        guarantee: model.guarantee.clone(),
+        fallback: top.fallback,
+        source: if top.fallback {
+            "popularity"
+        } else {
+            "profile"
+        }
+        .into(),
+        items: top
+            .items
+            .into_iter()
+            .map(|s| ScoredItem {
+                item: s.item,
+                score: s.score,
+            })
+            .collect(),
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SimilarQuery {
+    /// Number of items (1..=1000, default 10).
+    pub n: Option<usize>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SimilarItems {
+    pub item: String,
+    pub model_version: i64,
+    /// Cosine similarity of the DP item profiles; empty when the model has none (rank 0).
+    pub items: Vec<ScoredItem>,
+}
+
+/// Items similar to an item by cosine similarity of the published DP item profiles.
+#[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations",
+    params(("item" = String, Path), SimilarQuery),
+    responses((status = 200, body = SimilarItems),
+        (status = 404, description = "Item not in the served model", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn similar(
+    _auth: ReaderKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    q: web::Query<SimilarQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let item = path_id(&state, "item", &path)?;
+    let n = q.n.unwrap_or(10);
+    if !(1..=1000).contains(&n) {
+        return Err(ApiError::invalid("n", "n must be in 1..=1000"));
+    }
+    let model = state.registry.current().ok_or_else(no_model)?;
+    let items = model.similar(item.as_str(), n).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "item {:?} is not in the served model",
+            item.as_str()
+        ))
+    })?;
+    Ok(HttpResponse::Ok().json(SimilarItems {
+        item: item.into_string(),
+        model_version: model.release_id,
+        items: items
+            .into_iter()
+            .map(|s| ScoredItem {
+                item: s.item,
+                score: s.score,
+            })
+            .collect(),
+    }))
+}

@@ -1,0 +1,346 @@
+//! User privacy settings, user deletion and the budget audit (DESIGN 4).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::auth::{ReaderKey, WriterKey};
+use super::domain::{Delta, Epsilon};
+use super::{json_body, path_id, ApiError, AppState, Page};
+use crate::accountant::RenyiFilter;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserSettings {
+    pub user: String,
+    /// eps_ij given to this user's new ratings sent without eps (null: service default).
+    pub default_eps: Option<f64>,
+    /// The user's RDP budget target (eps_u, delta_u).
+    pub budget_eps: f64,
+    pub budget_delta: f64,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"default_eps": 0.5, "budget_eps": 8.0, "budget_delta": 1e-6}))]
+pub struct UserSettingsIn {
+    pub default_eps: Option<f64>,
+    pub budget_eps: Option<f64>,
+    pub budget_delta: Option<f64>,
+}
+
+/// A user's privacy settings (service defaults for an unknown user).
+#[utoipa::path(get, path = "/v1/users/{user}/settings", tag = "users",
+    params(("user" = String, Path)),
+    responses((status = 200, body = UserSettings)),
+    security(("api_key" = [])))]
+pub async fn get_settings(
+    _auth: ReaderKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    let b = &state.settings.budget;
+    let s = match state.store.user(user.as_str()).await? {
+        Some(u) => UserSettings {
+            user: u.id,
+            default_eps: u.default_eps,
+            budget_eps: u.budget_eps,
+            budget_delta: u.budget_delta,
+        },
+        None => UserSettings {
+            user: user.into_string(),
+            default_eps: None,
+            budget_eps: b.default_user_eps,
+            budget_delta: b.default_user_delta,
+        },
+    };
+    Ok(HttpResponse::Ok().json(s))
+}
+
+/// Set a user's privacy settings; omitted fields keep their value.
+#[utoipa::path(put, path = "/v1/users/{user}/settings", tag = "users",
+    params(("user" = String, Path)),
+    request_body = UserSettingsIn,
+    responses((status = 200, body = UserSettings),
+        (status = 422, description = "Invalid field", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn put_settings(
+    _auth: WriterKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    let body: UserSettingsIn =
+        json_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let b = &state.settings.budget;
+    let max = b.max_rating_eps;
+    let default_eps = body
+        .default_eps
+        .map(|e| Epsilon::parse(e, max))
+        .transpose()
+        .map_err(|e| ApiError::invalid("default_eps", e))?;
+    let budget_eps = body
+        .budget_eps
+        .map(|e| Epsilon::parse(e, 1e6))
+        .transpose()
+        .map_err(|e| ApiError::invalid("budget_eps", e))?;
+    let budget_delta = body
+        .budget_delta
+        .map(Delta::parse)
+        .transpose()
+        .map_err(|e| ApiError::invalid("budget_delta", e))?;
+    let current = state.store.user(user.as_str()).await?;
+    let (cur_default, cur_eps, cur_delta) = match &current {
+        Some(u) => (u.default_eps, u.budget_eps, u.budget_delta),
+        None => (None, b.default_user_eps, b.default_user_delta),
+    };
+    let s = UserSettings {
+        user: user.into_string(),
+        default_eps: default_eps.map(Epsilon::get).or(cur_default),
+        budget_eps: budget_eps.map(Epsilon::get).unwrap_or(cur_eps),
+        budget_delta: budget_delta.map(Delta::get).unwrap_or(cur_delta),
+    };
+    state
+        .store
+        .put_user_settings(&s.user, s.default_eps, s.budget_eps, s.budget_delta)
+        .await?;
+    Ok(HttpResponse::Ok().json(s))
+}
+
+/// Delete a user: all rating values leave future training; the ledger stays.
+#[utoipa::path(delete, path = "/v1/users/{user}", tag = "users",
+    params(("user" = String, Path)),
+    responses((status = 204, description = "Deleted"),
+        (status = 404, description = "Unknown user", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn delete_user(
+    _auth: WriterKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    if state.store.delete_user(user.as_str()).await? {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(ApiError::not_found(format!(
+            "unknown user {:?}",
+            user.as_str()
+        )))
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Budget {
+    pub eps: f64,
+    pub delta: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RdpPoint {
+    pub order: f64,
+    /// Consumed RDP at this order (null: unbounded).
+    pub rdp: Option<f64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Spent {
+    /// eps at delta_u of the consumed RDP curve (improved conversion), as if the charges
+    /// had been fixed in advance.
+    pub eps: Option<f64>,
+    pub delta: f64,
+    pub best_order: Option<f64>,
+    /// The consumed curve on the filter's scale (min over orders of consumed +
+    /// ln(|A|/delta_u)/(alpha-1)); a charge is admitted while this stays <= eps_u.
+    pub filter_eps: Option<f64>,
+    /// eps_u - filter_eps.
+    pub remaining_eps: Option<f64>,
+    /// Summary of the consumed RDP curve at a few orders.
+    pub curve: Vec<RdpPoint>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RatingBudgetView {
+    pub item: String,
+    pub eps: f64,
+    pub spent: f64,
+    pub remaining: f64,
+    /// Releases that charged this rating.
+    pub releases: i64,
+    /// `active`, `exhausted` (remaining below budget.min_release_eps) or `deleted`.
+    pub status: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReleaseChargeView {
+    pub release_id: i64,
+    pub trainer: String,
+    pub guarantee: String,
+    pub created_at: i64,
+    /// Mechanisms with parameters, unit and neighbour relation.
+    #[schema(value_type = Object)]
+    pub mechanisms: serde_json::Value,
+    #[schema(value_type = Object)]
+    pub params: serde_json::Value,
+    /// RDP events charged to the user's filter by this release.
+    #[schema(value_type = Object)]
+    pub events: serde_json::Value,
+    /// The order at which the filter admitted the charge.
+    pub admitted_order: f64,
+    pub ratings_charged: i64,
+    /// Sum of eps charged to the user's ratings by this release.
+    pub rating_eps_total: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Paged<T> {
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+    pub entries: Vec<T>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Audit {
+    pub user: String,
+    pub deleted: bool,
+    pub budget: Budget,
+    pub spent: Spent,
+    /// Whether the filter has no room left at any order.
+    pub exhausted: bool,
+    /// Why recommendations come from the fallback, if they do.
+    pub note: Option<String>,
+    pub ratings: Paged<RatingBudgetView>,
+    pub releases: Paged<ReleaseChargeView>,
+}
+
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// Budget audit of a user: budget, spent, remaining, per-rating slots and releases.
+/// `limit`/`offset` page both lists.
+#[utoipa::path(get, path = "/v1/users/{user}/budget", tag = "users",
+    params(("user" = String, Path), Page),
+    responses((status = 200, body = Audit),
+        (status = 404, description = "Unknown user", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn audit(
+    _auth: ReaderKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    page: web::Query<Page>,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    let (limit, offset) = page.parse()?;
+    let Some(u) = state.store.user(user.as_str()).await? else {
+        return Err(ApiError::not_found(format!(
+            "unknown user {:?}",
+            user.as_str()
+        )));
+    };
+    let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let spent = filter
+        .spent(&u.consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let filter_eps = filter
+        .filter_eps(&u.consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let remaining = filter
+        .remaining(&u.consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let exhausted = remaining.iter().all(|&r| r <= 0.0);
+    let curve = u
+        .consumed
+        .points()
+        .filter(|(a, _)| [1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0].contains(a))
+        .map(|(order, rdp)| RdpPoint {
+            order,
+            rdp: finite(rdp),
+        })
+        .collect();
+    let min = state.settings.budget.min_release_eps;
+    let (total, rows) = state.store.audit_ratings(&u.id, limit, offset).await?;
+    let entries = rows
+        .into_iter()
+        .map(|r| RatingBudgetView {
+            status: if r.deleted {
+                "deleted"
+            } else if r.eps - r.spent < min {
+                "exhausted"
+            } else {
+                "active"
+            }
+            .into(),
+            remaining: (r.eps - r.spent).max(0.0),
+            item: r.item,
+            eps: r.eps,
+            spent: r.spent,
+            releases: r.releases,
+        })
+        .collect();
+    let (rtotal, rel) = state.store.audit_releases(&u.id, limit, offset).await?;
+    let releases = rel
+        .into_iter()
+        .map(|c| ReleaseChargeView {
+            release_id: c.release.id,
+            trainer: c.release.trainer,
+            guarantee: c.release.guarantee,
+            created_at: c.release.created_at,
+            mechanisms: c.release.mechanisms,
+            params: c.release.params,
+            events: c.events,
+            admitted_order: c.admitted_order,
+            ratings_charged: c.ratings_charged,
+            rating_eps_total: c.rating_eps_total,
+        })
+        .collect();
+    let served = state.registry.current();
+    let note = if u.deleted {
+        Some("user deleted: no data is used; recommendations use the DP popularity".into())
+    } else if exhausted {
+        Some("the user's RDP budget is used up: the user takes no part in new releases".into())
+    } else {
+        match &served {
+            Some(p) if !p.has_profile(&u.id) => Some(
+                "no DP profile in the served release (new user, no rating with budget left, \
+                 or the filter did not admit the release): recommendations use the DP popularity"
+                    .into(),
+            ),
+            None => Some("no release published yet".into()),
+            _ => None,
+        }
+    };
+    Ok(HttpResponse::Ok().json(Audit {
+        user: u.id,
+        deleted: u.deleted,
+        budget: Budget {
+            eps: u.budget_eps,
+            delta: u.budget_delta,
+        },
+        spent: Spent {
+            eps: finite(spent.eps),
+            delta: spent.delta,
+            best_order: spent.best_order,
+            filter_eps: finite(filter_eps),
+            remaining_eps: finite(u.budget_eps - filter_eps),
+            curve,
+        },
+        exhausted,
+        note,
+        ratings: Paged {
+            total,
+            limit,
+            offset,
+            entries,
+        },
+        releases: Paged {
+            total: rtotal,
+            limit,
+            offset,
+            entries: releases,
+        },
+    }))
+}

@@ -1,0 +1,112 @@
+//! `dprec import`: loads MovieLens ratings into a running service through the batch
+//! endpoint, with a progress bar, reporting ratings/s at the end.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::data::movielens::{self, Format};
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Base URL of the service.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key with the writer role.
+    #[arg(long, env = "DPREC_API_KEY")]
+    pub api_key: Option<String>,
+    /// eps_ij sent with every rating (default: the service's defaults).
+    #[arg(long)]
+    pub eps: Option<f64>,
+    /// Ratings per request.
+    #[arg(long, default_value_t = 5000)]
+    pub batch: usize,
+    /// Stop after this many ratings.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// MovieLens directory (100K, 1M or latest) or ratings file.
+    pub path: PathBuf,
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<()> {
+    if args.batch == 0 {
+        bail!("--batch must be >= 1");
+    }
+    let file = if args.path.is_dir() {
+        movielens::ratings_file(&args.path)?
+    } else {
+        args.path.clone()
+    };
+    let format = Format::detect(&file)?;
+    let size = std::fs::metadata(&file)?.len();
+    let reader = BufReader::new(
+        std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?,
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = reqwest::Client::new();
+    let endpoint = format!("{}/v1/ratings", args.url.trim_end_matches('/'));
+    let bar = ProgressBar::new(size);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+    )?);
+    let started = Instant::now();
+    let mut sent = 0usize;
+    let mut batch = Vec::with_capacity(args.batch);
+    let mut read = 0u64;
+    let post = |batch: &mut Vec<serde_json::Value>| -> anyhow::Result<()> {
+        let mut req = client.post(&endpoint).json(&json!({"ratings": batch}));
+        if let Some(k) = &args.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = rt.block_on(req.send()).context("sending a batch")?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = rt.block_on(resp.text()).unwrap_or_default();
+            bail!("the service answered {status}: {body}");
+        }
+        batch.clear();
+        Ok(())
+    };
+    for (n, line) in reader.lines().enumerate() {
+        let line = line?;
+        read += line.len() as u64 + 1;
+        let Some(r) = movielens::parse_line(format, &line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), n + 1))?
+        else {
+            continue;
+        };
+        let mut item = json!({"user": r.user, "item": r.item, "rating": r.value});
+        if let Some(e) = args.eps {
+            item["eps"] = json!(e);
+        }
+        batch.push(item);
+        if batch.len() == args.batch {
+            sent += batch.len();
+            post(&mut batch)?;
+            bar.set_position(read.min(size));
+            bar.set_message(format!("{sent} ratings"));
+        }
+        if args.limit.is_some_and(|l| sent + batch.len() >= l) {
+            break;
+        }
+    }
+    if !batch.is_empty() {
+        sent += batch.len();
+        post(&mut batch)?;
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "imported {sent} ratings from {} in {secs:.1} s ({:.0} ratings/s)",
+        file.display(),
+        sent as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! `dprec serve`: runs the HTTP service.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::config::{AuthMode, Settings};
+use crate::retrain::Hooks;
+use crate::startup::Application;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (defaults apply without one; DPREC_* and DATABASE_URL
+    /// environment variables override both).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (overrides server.bind).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Development mode without API keys (loopback addresses only).
+    #[arg(long)]
+    pub dev_no_auth: bool,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let mut settings = Settings::load(args.config.as_deref())?;
+    if let Some(b) = args.bind {
+        settings.server.bind = b;
+    }
+    if args.dev_no_auth {
+        settings.auth.mode = AuthMode::Disabled;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let app = Application::build(settings, None, Hooks::default()).await?;
+        log::info!("dprec listening on port {}", app.port());
+        app.run_until_stopped().await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,380 @@
+//! Typed service configuration: a TOML file plus environment overrides.
+//!
+//! Precedence (lowest to highest): built-in defaults, the TOML file, `DPREC_<SECTION>__<KEY>`
+//! environment variables (e.g. `DPREC_SERVER__BIND=0.0.0.0:8080`,
+//! `DPREC_TRAINER__NAME=dp-alt`), and `DATABASE_URL` for `database.url`. Every key is
+//! documented in the README's configuration reference.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::data::RatingScale;
+use crate::ledger::SharePolicy;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub auth: AuthSettings,
+    pub trainer: TrainerSettings,
+    pub budget: BudgetSettings,
+    pub ratings: RatingSettings,
+    pub scheduler: SchedulerSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address to listen on.
+    pub bind: String,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    /// Largest number of ratings in one batch.
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// `sqlite://FILE` (created if missing) or `postgres://...`.
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMode {
+    /// API keys required (the default).
+    Keys,
+    /// No authentication: development only, loopback addresses only, logged loudly.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Reader,
+    Writer,
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub key: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    pub mode: AuthMode,
+    /// Keys from the config file. With none configured (and none stored), the first start
+    /// generates an admin key, stores its SHA-256 and prints the key once.
+    pub keys: Vec<ApiKey>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainerSettings {
+    /// Registry name of the trainer (`dprec::train::build`).
+    pub name: String,
+    /// Trainer parameters as strings (`key = "value"`).
+    pub params: BTreeMap<String, String>,
+    /// Serve trainers whose guarantee is not `proven` (e.g. `baseline`); such releases are
+    /// labelled "non-private" and charge nothing.
+    pub allow_non_private: bool,
+    /// Seed for training noise (tests only); `None`: OS entropy.
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetSettings {
+    /// eps_ij of a rating sent without eps, for a user without a default.
+    pub default_rating_eps: f64,
+    /// Largest accepted eps_ij.
+    pub max_rating_eps: f64,
+    /// Share of eps_ij one release may spend: `fraction:F` or `split:K`.
+    pub share: String,
+    /// A rating whose remaining budget is below this is exhausted.
+    pub min_release_eps: f64,
+    /// Per-user RDP budget (eps_u, delta_u) of new users.
+    pub default_user_eps: f64,
+    pub default_user_delta: f64,
+    /// eps of the DP popularity counts of each release (charged to each counted rating).
+    pub popularity_eps: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RatingSettings {
+    pub min: f64,
+    pub max: f64,
+    pub step: f64,
+    /// Longest accepted user or item id (bytes).
+    pub max_id_len: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSettings {
+    pub enabled: bool,
+    /// Seconds between scheduled retrain checks.
+    pub retrain_interval_secs: u64,
+    /// Ratings ingested since the last release needed for a scheduled retrain.
+    pub min_new_ratings: u64,
+    /// Lifetime of the trainer lease in seconds.
+    pub lease_secs: u64,
+    /// Seconds between checks for releases published by another instance (replicas
+    /// sharing one database serve the newest release); 0 disables.
+    pub reload_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            max_batch: 10_000,
+        }
+    }
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://dprec.sqlite".into(),
+            max_connections: 8,
+        }
+    }
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::Keys,
+            keys: Vec::new(),
+        }
+    }
+}
+
+impl Default for TrainerSettings {
+    fn default() -> Self {
+        Self {
+            name: "dp-alt".into(),
+            params: BTreeMap::new(),
+            allow_non_private: false,
+            seed: None,
+        }
+    }
+}
+
+impl Default for BudgetSettings {
+    fn default() -> Self {
+        Self {
+            default_rating_eps: 1.0,
+            max_rating_eps: 10.0,
+            share: "fraction:0.25".into(),
+            min_release_eps: 0.001,
+            default_user_eps: 10.0,
+            default_user_delta: 1e-6,
+            popularity_eps: 0.05,
+        }
+    }
+}
+
+impl Default for RatingSettings {
+    fn default() -> Self {
+        Self {
+            min: 1.0,
+            max: 5.0,
+            step: 0.5,
+            max_id_len: 128,
+        }
+    }
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            retrain_interval_secs: 3600,
+            min_new_ratings: 100,
+            lease_secs: 900,
+            reload_secs: 10,
+        }
+    }
+}
+
+impl Settings {
+    /// Defaults, then `file` (if given), then the environment.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        let mut tree = toml::Table::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            tree = text
+                .parse::<toml::Table>()
+                .with_context(|| format!("parsing config {}", path.display()))?;
+        }
+        apply_env(&mut tree, std::env::vars())?;
+        let s: Settings = toml::Value::Table(tree)
+            .try_into()
+            .context("invalid configuration")?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks the values that the types alone do not.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.bind_addr()?;
+        self.scale()?;
+        self.share_policy()?;
+        let b = &self.budget;
+        let pos = |name: &str, v: f64| -> anyhow::Result<()> {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("budget.{name} must be finite and > 0, got {v}");
+            }
+            Ok(())
+        };
+        pos("default_rating_eps", b.default_rating_eps)?;
+        pos("max_rating_eps", b.max_rating_eps)?;
+        pos("min_release_eps", b.min_release_eps)?;
+        pos("default_user_eps", b.default_user_eps)?;
+        pos("popularity_eps", b.popularity_eps)?;
+        if b.default_rating_eps > b.max_rating_eps {
+            bail!("budget.default_rating_eps exceeds budget.max_rating_eps");
+        }
+        if !(b.default_user_delta > 0.0 && b.default_user_delta < 1.0) {
+            bail!("budget.default_user_delta must be in (0, 1)");
+        }
+        if self.server.max_batch == 0 || self.server.max_body_bytes < 1024 {
+            bail!("server.max_batch must be >= 1 and server.max_body_bytes >= 1024");
+        }
+        if self.ratings.max_id_len == 0 {
+            bail!("ratings.max_id_len must be >= 1");
+        }
+        if self.scheduler.retrain_interval_secs == 0 || self.scheduler.lease_secs == 0 {
+            bail!("scheduler.retrain_interval_secs and scheduler.lease_secs must be >= 1");
+        }
+        for k in &self.auth.keys {
+            if k.key.len() < 16 {
+                bail!("auth.keys: every key must be at least 16 characters");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn bind_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.server
+            .bind
+            .parse()
+            .with_context(|| format!("server.bind {:?} is not an IP:port", self.server.bind))
+    }
+
+    pub fn scale(&self) -> anyhow::Result<RatingScale> {
+        RatingScale::new(self.ratings.min, self.ratings.max, self.ratings.step)
+            .map_err(|e| anyhow::anyhow!("ratings: {e}"))
+    }
+
+    pub fn share_policy(&self) -> anyhow::Result<SharePolicy> {
+        SharePolicy::parse(&self.budget.share).map_err(|e| anyhow::anyhow!("budget.share: {e}"))
+    }
+}
+
+/// Applies `DPREC_SECTION__KEY=value` and `DATABASE_URL` to the TOML tree. Values are
+/// parsed as TOML scalars when possible (`true`, `3`, `0.5`), else taken as strings.
+pub fn apply_env(
+    tree: &mut toml::Table,
+    vars: impl Iterator<Item = (String, String)>,
+) -> anyhow::Result<()> {
+    for (k, v) in vars {
+        let (section, key) = if k == "DATABASE_URL" {
+            ("database".to_string(), "url".to_string())
+        } else if let Some(rest) = k.strip_prefix("DPREC_") {
+            match rest.split_once("__") {
+                Some((s, key)) => (s.to_ascii_lowercase(), key.to_ascii_lowercase()),
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        let value = parse_scalar(&v);
+        let entry = tree
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        match entry {
+            toml::Value::Table(t) => {
+                t.insert(key, value);
+            }
+            _ => bail!("{k}: config section {section} is not a table"),
+        }
+    }
+    Ok(())
+}
+
+fn parse_scalar(v: &str) -> toml::Value {
+    if let Ok(b) = v.parse::<bool>() {
+        return toml::Value::Boolean(b);
+    }
+    if let Ok(i) = v.parse::<i64>() {
+        return toml::Value::Integer(i);
+    }
+    if let Ok(f) = v.parse::<f64>() {
+        if f.is_finite() {
+            return toml::Value::Float(f);
+        }
+    }
+    toml::Value::String(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_file_values() {
+        let mut t: toml::Table = "[server]\nbind = \"127.0.0.1:1\"\n".parse().unwrap();
+        let vars = vec![
+            ("DPREC_SERVER__BIND".to_string(), "127.0.0.1:2".to_string()),
+            ("DPREC_TRAINER__ALLOW_NON_PRIVATE".into(), "true".into()),
+            ("DATABASE_URL".into(), "postgres://x".into()),
+            ("DPREC_IGNORED".into(), "1".into()),
+        ];
+        apply_env(&mut t, vars.into_iter()).unwrap();
+        let s: Settings = toml::Value::Table(t).try_into().unwrap();
+        assert_eq!(s.server.bind, "127.0.0.1:2");
+        assert!(s.trainer.allow_non_private);
+        assert_eq!(s.database.url, "postgres://x");
+        assert_eq!(s.trainer.name, "dp-alt");
+    }
+
+    /// The sample production config in deploy/ parses and validates.
+    #[test]
+    fn sample_config_is_valid() {
+        let t: toml::Table = include_str!("../deploy/dprec.toml").parse().unwrap();
+        let s: Settings = toml::Value::Table(t).try_into().unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.auth.keys.len(), 3);
+        assert_eq!(s.trainer.name, "dp-alt");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        let t: toml::Table = "[server]\nbindd = \"x\"\n".parse().unwrap();
+        assert!(toml::Value::Table(t).try_into::<Settings>().is_err());
+        let mut s = Settings::default();
+        s.budget.share = "half".into();
+        assert!(s.validate().is_err());
+        let mut s = Settings::default();
+        s.budget.default_user_delta = 1.0;
+        assert!(s.validate().is_err());
+        assert!(Settings::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,135 @@
+//! Prometheus metrics of the service (names documented in docs/METRICS.md).
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+    pub ratings_ingested: IntCounter,
+    pub training_runs: IntCounterVec,
+    pub training_duration: Histogram,
+    pub model_version: IntGauge,
+    pub model_published_at: Gauge,
+    pub budget_spent: prometheus::Counter,
+    pub ratings_exhausted: IntGauge,
+    pub users_excluded: IntGauge,
+    pub store_errors: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "dprec_http_requests_total",
+                "HTTP requests by route and status",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("metric");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "dprec_http_request_duration_seconds",
+                "HTTP request latency by route",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["method", "route"],
+        )
+        .expect("metric");
+        let ratings_ingested = IntCounter::new(
+            "dprec_ratings_ingested_total",
+            "Ratings accepted by the batch endpoint (new and re-rated)",
+        )
+        .expect("metric");
+        let training_runs = IntCounterVec::new(
+            Opts::new(
+                "dprec_training_runs_total",
+                "Retrain jobs by outcome (succeeded, skipped, failed)",
+            ),
+            &["outcome"],
+        )
+        .expect("metric");
+        let training_duration = Histogram::with_opts(
+            HistogramOpts::new("dprec_training_duration_seconds", "Retrain job duration")
+                .buckets(vec![0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1200.0]),
+        )
+        .expect("metric");
+        let model_version = IntGauge::new(
+            "dprec_model_release_id",
+            "Release id of the served model (0: none)",
+        )
+        .expect("metric");
+        let model_published_at = Gauge::new(
+            "dprec_model_published_timestamp_seconds",
+            "Unix time the served release was published (age = now - this)",
+        )
+        .expect("metric");
+        let budget_spent = prometheus::Counter::new(
+            "dprec_budget_spent_eps_total",
+            "Sum of per-rating eps charged by releases published by this process",
+        )
+        .expect("metric");
+        let ratings_exhausted = IntGauge::new(
+            "dprec_ratings_exhausted",
+            "Ratings left out of the last release because their eps_ij is used up",
+        )
+        .expect("metric");
+        let users_excluded = IntGauge::new(
+            "dprec_users_excluded",
+            "Users left out of the last release because their Renyi filter is full",
+        )
+        .expect("metric");
+        let store_errors =
+            IntCounter::new("dprec_store_errors_total", "Database errors").expect("metric");
+        for c in [
+            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_duration.clone()),
+            Box::new(ratings_ingested.clone()),
+            Box::new(training_runs.clone()),
+            Box::new(training_duration.clone()),
+            Box::new(model_version.clone()),
+            Box::new(model_published_at.clone()),
+            Box::new(budget_spent.clone()),
+            Box::new(ratings_exhausted.clone()),
+            Box::new(users_excluded.clone()),
+            Box::new(store_errors.clone()),
+        ] {
+            registry.register(c).expect("unique metric names");
+        }
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            ratings_ingested,
+            training_runs,
+            training_duration,
+            model_version,
+            model_published_at,
+            budget_spent,
+            ratings_exhausted,
+            users_excluded,
+            store_errors,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("encoding metrics");
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

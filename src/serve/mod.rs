@@ -1,0 +1,389 @@
+//! Serving from memory: the registry of the published model (swapped atomically as an
+//! `Arc`), top-N recommendations with the DP-popularity fallback, and similar items.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use serde::{Deserialize, Serialize};
+
+use crate::store::ModelRow;
+use crate::train::FactorModel;
+
+/// A published release as served: the model and its index maps, all immutable.
+#[derive(Debug)]
+pub struct Published {
+    pub release_id: i64,
+    pub trainer: String,
+    pub guarantee: String,
+    pub created_at: i64,
+    pub model: FactorModel,
+    pub users: Vec<String>,
+    pub items: Vec<String>,
+    user_index: HashMap<String, usize>,
+    item_index: HashMap<String, usize>,
+    /// DP (noisy) popularity count per item index.
+    pub popularity: Vec<i64>,
+    /// Item indices by descending noisy popularity (ties by id).
+    by_popularity: Vec<usize>,
+}
+
+/// Identity of a served release.
+#[derive(Debug, Clone)]
+pub struct ReleaseMeta {
+    pub release_id: i64,
+    pub trainer: String,
+    /// `proven` or `non-private`.
+    pub guarantee: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// The DP popularity stored with a release.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Popularity {
+    pub eps: f64,
+    /// Noisy count per item, aligned with the release's item list.
+    pub counts: Vec<i64>,
+}
+
+/// One scored item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    pub item: String,
+    pub score: f64,
+}
+
+/// The answer of [`Published::top_n`].
+#[derive(Debug, Clone)]
+pub struct TopN {
+    pub items: Vec<Scored>,
+    /// True when the DP popularity answered (no published profile for the user).
+    pub fallback: bool,
+}
+
+impl Published {
+    pub fn new(
+        meta: ReleaseMeta,
+        model: FactorModel,
+        users: Vec<String>,
+        items: Vec<String>,
+        popularity: Vec<i64>,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            popularity.len() == items.len(),
+            "popularity has {} counts for {} items",
+            popularity.len(),
+            items.len()
+        );
+        anyhow::ensure!(
+            model.item_bias.len() <= items.len() && model.user_bias.len() <= users.len(),
+            "model dimensions do not match the id lists"
+        );
+        let user_index = users
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.clone(), i))
+            .collect();
+        let item_index = items
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.clone(), i))
+            .collect();
+        let mut by_popularity: Vec<usize> = (0..items.len()).collect();
+        by_popularity.sort_by(|&a, &b| {
+            popularity[b]
+                .cmp(&popularity[a])
+                .then(items[a].cmp(&items[b]))
+        });
+        Ok(Self {
+            release_id: meta.release_id,
+            trainer: meta.trainer,
+            guarantee: meta.guarantee,
+            created_at: meta.created_at,
+            model,
+            users,
+            items,
+            user_index,
+            item_index,
+            popularity,
+            by_popularity,
+        })
+    }
+
+    /// Rebuilds a published release from its stored row (restart without retraining).
+    pub fn from_row(row: &ModelRow) -> anyhow::Result<Self> {
+        let model: FactorModel = serde_json::from_str(&row.model)?;
+        let users: Vec<String> = serde_json::from_str(&row.users)?;
+        let items: Vec<String> = serde_json::from_str(&row.items)?;
+        let pop: Popularity = serde_json::from_str(&row.popularity)?;
+        Self::new(
+            ReleaseMeta {
+                release_id: row.release.id,
+                trainer: row.release.trainer.clone(),
+                guarantee: row.release.guarantee.clone(),
+                created_at: row.release.created_at,
+            },
+            model,
+            users,
+            items,
+            pop.counts,
+        )
+    }
+
+    pub fn user_index(&self, user: &str) -> Option<usize> {
+        self.user_index.get(user).copied()
+    }
+
+    pub fn item_index(&self, item: &str) -> Option<usize> {
+        self.item_index.get(item).copied()
+    }
+
+    /// Whether the model has a DP profile for `user`.
+    pub fn has_profile(&self, user: &str) -> bool {
+        self.user_index
+            .get(user)
+            .is_some_and(|&u| u < self.model.user_bias.len())
+    }
+
+    /// Top-N items for `user` (skipping `offset`), excluding `exclude`. Users without a
+    /// published profile (or `force_fallback`) get the DP popularity order.
+    pub fn top_n(
+        &self,
+        user: &str,
+        n: usize,
+        offset: usize,
+        exclude: &HashSet<String>,
+        force_fallback: bool,
+    ) -> TopN {
+        let profile = if force_fallback {
+            None
+        } else {
+            self.user_index(user)
+                .filter(|&u| u < self.model.user_bias.len())
+        };
+        let keep = |j: &usize| !exclude.contains(&self.items[*j]);
+        match profile {
+            Some(u) => {
+                let mut scored: Vec<(usize, f64)> = (0..self.items.len())
+                    .filter(keep)
+                    .map(|j| (j, self.model.score(u, j)))
+                    .collect();
+                scored.sort_by(|a, b| {
+                    b.1.total_cmp(&a.1)
+                        .then_with(|| self.items[a.0].cmp(&self.items[b.0]))
+                });
+                TopN {
+                    items: scored
+                        .into_iter()
+                        .skip(offset)
+                        .take(n)
+                        .map(|(j, s)| Scored {
+                            item: self.items[j].clone(),
+                            score: s,
+                        })
+                        .collect(),
+                    fallback: false,
+                }
+            }
+            None => TopN {
+                items: self
+                    .by_popularity
+                    .iter()
+                    .filter(|j| keep(j))
+                    .skip(offset)
+                    .take(n)
+                    .map(|&j| Scored {
+                        item: self.items[j].clone(),
+                        score: self.popularity[j] as f64,
+                    })
+                    .collect(),
+                fallback: true,
+            },
+        }
+    }
+
+    /// This release's model re-indexed for new id lists (`users`, `items` in the new
+    /// release's index order): rows are copied by id, unknown ids get zero rows. A
+    /// trainer's `prior` must be indexed like its training data.
+    pub fn reindexed(&self, users: &[String], items: &[String]) -> FactorModel {
+        let m = &self.model;
+        let d = m.rank();
+        let mut out = FactorModel::zeros(users.len(), items.len(), d, m.global_mean, m.scale);
+        for (new, id) in users.iter().enumerate() {
+            if let Some(old) = self.user_index(id).filter(|&u| u < m.user_bias.len()) {
+                out.user_bias[new] = m.user_bias[old];
+                if old < m.user_factors.nrows() {
+                    out.user_factors
+                        .row_mut(new)
+                        .assign(&m.user_factors.row(old));
+                }
+            }
+        }
+        for (new, id) in items.iter().enumerate() {
+            if let Some(old) = self.item_index(id).filter(|&j| j < m.item_bias.len()) {
+                out.item_bias[new] = m.item_bias[old];
+                if old < m.item_factors.nrows() {
+                    out.item_factors
+                        .row_mut(new)
+                        .assign(&m.item_factors.row(old));
+                }
+            }
+        }
+        out
+    }
+
+    /// Items most similar to `item` by cosine similarity of the DP item profiles.
+    /// `None` when the item is unknown; empty when the model has no item factors.
+    pub fn similar(&self, item: &str, n: usize) -> Option<Vec<Scored>> {
+        let j = self.item_index(item)?;
+        let f = &self.model.item_factors;
+        if f.ncols() == 0 || j >= f.nrows() {
+            return Some(Vec::new());
+        }
+        let norm = |k: usize| f.row(k).dot(&f.row(k)).sqrt();
+        let nj = norm(j);
+        let mut scored: Vec<(usize, f64)> = (0..f.nrows())
+            .filter(|&k| k != j)
+            .map(|k| {
+                let d = nj * norm(k);
+                let s = if d > 0.0 {
+                    f.row(j).dot(&f.row(k)) / d
+                } else {
+                    0.0
+                };
+                (k, s)
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Some(
+            scored
+                .into_iter()
+                .take(n)
+                .map(|(k, s)| Scored {
+                    item: self.items[k].clone(),
+                    score: s,
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Holds the served model; readers get an `Arc` to a whole release, never a partial one.
+#[derive(Default)]
+pub struct Registry {
+    current: ArcSwapOption<Published>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn current(&self) -> Option<Arc<Published>> {
+        self.current.load_full()
+    }
+
+    /// Swaps in a newer release (an older one never replaces a newer one).
+    pub fn publish(&self, p: Arc<Published>) {
+        self.current.rcu(|cur| match cur {
+            Some(c) if c.release_id > p.release_id => Some(c.clone()),
+            _ => Some(p.clone()),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::RatingScale;
+
+    fn published() -> Published {
+        let mut m = FactorModel::zeros(2, 3, 1, 3.0, RatingScale::ONE_TO_FIVE);
+        m.item_factors[[0, 0]] = 1.0;
+        m.item_factors[[1, 0]] = 2.0;
+        m.item_factors[[2, 0]] = -1.0;
+        m.user_factors[[0, 0]] = 1.0;
+        m.user_factors[[1, 0]] = -1.0;
+        Published::new(
+            ReleaseMeta {
+                release_id: 1,
+                trainer: "t".into(),
+                guarantee: "proven".into(),
+                created_at: 0,
+            },
+            m,
+            vec!["u0".into(), "u1".into()],
+            vec!["a".into(), "b".into(), "c".into()],
+            vec![5, 1, 9],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn top_n_ranks_by_score_and_excludes() {
+        let p = published();
+        let none = HashSet::new();
+        let t = p.top_n("u0", 2, 0, &none, false);
+        assert!(!t.fallback);
+        assert_eq!(
+            t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
+            ["b", "a"]
+        );
+        let ex: HashSet<String> = ["b".to_string()].into();
+        let t = p.top_n("u1", 5, 0, &ex, false);
+        assert_eq!(
+            t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
+            ["c", "a"]
+        );
+        let t = p.top_n("u0", 5, 1, &none, false);
+        assert_eq!(t.items.len(), 2);
+    }
+
+    #[test]
+    fn unknown_users_get_popularity() {
+        let p = published();
+        let t = p.top_n("new", 3, 0, &HashSet::new(), false);
+        assert!(t.fallback);
+        assert_eq!(
+            t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
+            ["c", "a", "b"]
+        );
+        assert!(p.top_n("u0", 3, 0, &HashSet::new(), true).fallback);
+    }
+
+    #[test]
+    fn similar_uses_cosine() {
+        let p = published();
+        let s = p.similar("a", 2).unwrap();
+        assert_eq!(s[0].item, "b");
+        assert!((s[0].score - 1.0).abs() < 1e-12);
+        assert!(p.similar("zz", 2).is_none());
+    }
+
+    #[test]
+    fn reindexed_copies_rows_by_id() {
+        let p = published();
+        let m = p.reindexed(
+            &["u1".into(), "new".into()],
+            &["c".into(), "zz".into(), "a".into()],
+        );
+        assert_eq!(m.user_factors[[0, 0]], -1.0);
+        assert_eq!(m.user_factors[[1, 0]], 0.0);
+        assert_eq!(m.item_factors[[0, 0]], -1.0);
+        assert_eq!(m.item_factors[[1, 0]], 0.0);
+        assert_eq!(m.item_factors[[2, 0]], 1.0);
+        assert_eq!(m.global_mean, 3.0);
+    }
+
+    #[test]
+    fn registry_never_goes_back() {
+        let r = Registry::new();
+        assert!(r.current().is_none());
+        let mut a = published();
+        a.release_id = 2;
+        r.publish(Arc::new(a));
+        r.publish(Arc::new(published()));
+        assert_eq!(r.current().unwrap().release_id, 2);
+    }
+}

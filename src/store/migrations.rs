@@ -1,0 +1,75 @@
+//! A small migration runner: the SQL files of `migrations/<backend>/` are embedded in
+//! the binary and applied in order, each in its own transaction, recorded in
+//! `dprec_migrations`.
+
+use sqlx::AnyPool;
+
+use super::{now_ms, Backend};
+
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "init",
+    include_str!("../../migrations/sqlite/0001_init.sql"),
+)];
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "init",
+    include_str!("../../migrations/postgres/0001_init.sql"),
+)];
+
+pub async fn run(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::Error> {
+    let list = match backend {
+        Backend::Sqlite => SQLITE,
+        Backend::Postgres => POSTGRES,
+    };
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS dprec_migrations (version BIGINT PRIMARY KEY, \
+         name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(pool)
+    .await?;
+    for &(version, name, sql) in list {
+        let mut tx = pool.begin().await?;
+        if backend == Backend::Postgres {
+            // Two processes starting together: the second waits, then sees the version.
+            sqlx::query("SELECT pg_advisory_xact_lock(7215441306)")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let done = sqlx::query("SELECT version FROM dprec_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if done.is_some() {
+            tx.rollback().await?;
+            continue;
+        }
+        for stmt in split_statements(sql) {
+            sqlx::query(&stmt).execute(&mut *tx).await?;
+        }
+        sqlx::query("INSERT INTO dprec_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+            .bind(version)
+            .bind(name)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        log::info!("applied migration {version:04}_{name}");
+    }
+    Ok(())
+}
+
+/// Splits a migration file into statements (no semicolons inside our statements).
+fn split_statements(sql: &str) -> Vec<String> {
+    let without_comments: String = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    without_comments
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}

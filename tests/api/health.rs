@@ -1,0 +1,79 @@
+//! /healthz, /readyz, /metrics, /docs, /openapi.json and the committed spec.
+
+use std::sync::Arc;
+
+use dprec::retrain::Hooks;
+
+use crate::fake::FakeDp;
+use crate::helpers::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_metrics_docs_and_unknown_routes() {
+    let db = TestDb::new(Kind::Sqlite, "probes").await.unwrap();
+    let (t, _) = FakeDp::gaussian(5.0);
+    let app = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let (st, body) = app.get("/healthz", "").await;
+    assert_eq!((st, body["status"].as_str()), (200, Some("ok")));
+    let (st, body) = app.get("/readyz", "").await;
+    assert_eq!((st, body["backend"].as_str()), (200, Some("sqlite")));
+    app.ingest(&[("u1", "i1", 4.0, None)]).await;
+    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    for name in [
+        "dprec_http_requests_total",
+        "dprec_http_request_duration_seconds",
+        "dprec_ratings_ingested_total 1",
+        "dprec_model_release_id",
+        "dprec_store_errors_total",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+    assert!(text.contains("route=\"/v1/ratings\""), "{text}");
+    let r = app.client.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains("/openapi.json") && !html.contains("http://") && !html.contains("https://")
+    );
+    let (st, spec) = app.get("/openapi.json", "").await;
+    assert_eq!(st, 200);
+    assert!(spec["paths"]["/v1/ratings"]["post"].is_object());
+    let r = app.client.get(app.url("/v1/ratings")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let r = app.client.get(app.url("/v2/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    app.stop().await;
+}
+
+/// The committed openapi/openapi.json is what the code generates
+/// (regenerate: `cargo run -- openapi > openapi/openapi.json`).
+#[test]
+fn committed_openapi_matches_code() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json");
+    let committed = std::fs::read_to_string(&path).expect("openapi/openapi.json exists");
+    let generated = dprec::api::openapi::spec_json();
+    assert!(
+        committed == generated,
+        "openapi/openapi.json is stale: run `cargo run -- openapi > openapi/openapi.json`"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_fails_when_store_is_gone() {
+    let db = TestDb::new(Kind::Sqlite, "readyz").await.unwrap();
+    let (t, _) = FakeDp::gaussian(5.0);
+    let app = TestApp::spawn(settings(&db.url), t as Arc<_>, Hooks::default()).await;
+    app.store.close().await;
+    let (st, body) = app.get("/readyz", "").await;
+    assert_eq!(st, 503, "{body}");
+    app.handle_stop().await;
+}

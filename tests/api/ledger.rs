@@ -1,0 +1,489 @@
+//! Ledger invariants (DESIGN 4), each on both backends:
+//! - no rating's spend exceeds its eps_ij;
+//! - no user's admitted RDP exceeds the filter;
+//! - no served model lacks its committed charges;
+//! - a trainer crash or a failure between training and commit (or inside the commit)
+//!   leaves no charges without a release and no model without charges;
+//! - two trainers at once (two service instances on one database) never overspend;
+//! - exhausted ratings and users are excluded and fall back; the audit says why.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use dprec::accountant::{PrivacyEvent, RenyiFilter};
+use dprec::ledger::commit::{commit, CommitError, RatingChargeRow, ReleaseRecord};
+use dprec::retrain::Hooks;
+use dprec::store::Store;
+use serde_json::json;
+use sqlx::Row;
+
+use crate::both_backends;
+use crate::fake::{self, FakeDp};
+use crate::helpers::*;
+
+/// Checks every stored invariant directly in the database.
+pub async fn assert_ledger_invariants(store: &Store) {
+    let pool = store.pool();
+    // Spend per rating within eps_ij, and equal to the sum of its charges.
+    for r in sqlx::query(
+        "SELECT r.id, r.eps, r.spent, COALESCE((SELECT SUM(c.eps) FROM rating_charges c \
+         WHERE c.rating_id = r.id), 0.0) FROM ratings r",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    {
+        let (id, eps, spent, charged): (i64, f64, f64, f64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        assert!(spent <= eps, "rating {id}: spent {spent} > eps {eps}");
+        assert!(
+            (spent - charged).abs() <= 1e-9,
+            "rating {id}: spent {spent} != charges {charged}"
+        );
+    }
+    // Every user's consumed curve is admitted by the filter at some order.
+    for r in sqlx::query("SELECT id, budget_eps, budget_delta, rdp_consumed FROM users")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+    {
+        let (id, eps, delta, curve): (String, f64, f64, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let consumed: dprec::accountant::RdpCurve = serde_json::from_str(&curve).unwrap();
+        let f = RenyiFilter::with_default_orders(eps, delta).unwrap();
+        let zero = dprec::accountant::RdpCurve::zeros_default();
+        assert!(
+            f.admits(&consumed, &zero).unwrap(),
+            "user {id}: consumed RDP exceeds the filter at every order"
+        );
+    }
+    // No charge without a release; no model without its release; every proven release
+    // with a model has charges.
+    let orphan: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM rating_charges c WHERE NOT EXISTS \
+         (SELECT 1 FROM releases r WHERE r.id = c.release_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(orphan, 0, "charges without a release");
+    let orphan: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM user_charges c WHERE NOT EXISTS \
+         (SELECT 1 FROM releases r WHERE r.id = c.release_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(orphan, 0, "user charges without a release");
+    let uncharged: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM models m JOIN releases r ON r.id = m.release_id \
+         WHERE r.guarantee = 'proven' AND NOT EXISTS \
+         (SELECT 1 FROM rating_charges c WHERE c.release_id = r.id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(uncharged, 0, "a proven model without charges");
+    let modelless: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM models m WHERE NOT EXISTS \
+         (SELECT 1 FROM releases r WHERE r.id = m.release_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(modelless, 0);
+}
+
+/// Ledger rows hold no rating values: no column named like one, and each row states the
+/// unit and neighbour relation.
+async fn assert_ledger_rows_hold_no_values(store: &Store) {
+    use sqlx::Column;
+    for table in ["rating_charges", "user_charges"] {
+        let row = sqlx::query(&format!("SELECT * FROM {table} LIMIT 1"))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+        assert!(
+            !names.iter().any(|n| n.contains("value") || *n == "rating"),
+            "{names:?}"
+        );
+        let unit: String = row.get("unit");
+        let neighbour: String = row.get("neighbour");
+        assert!(!unit.is_empty() && !neighbour.is_empty());
+    }
+}
+
+fn ratings_for(users: usize, items: usize) -> Vec<(String, String, f64)> {
+    let mut v = Vec::new();
+    for u in 0..users {
+        for i in 0..items {
+            if (u + i) % 3 != 0 {
+                v.push((
+                    format!("u{u}"),
+                    format!("i{i}"),
+                    (1 + (u * 7 + i) % 5) as f64,
+                ));
+            }
+        }
+    }
+    v
+}
+
+async fn ingest_grid(app: &TestApp, users: usize, items: usize, eps: f64) {
+    let r = ratings_for(users, items);
+    let t: Vec<(&str, &str, f64, Option<f64>)> = r
+        .iter()
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(eps)))
+        .collect();
+    app.ingest(&t).await;
+}
+
+/// fraction:0.4 of eps: releases spend 0.4, 0.4, then the remaining 0.2; the fourth
+/// finds nothing left and is skipped. Spend never exceeds eps_ij; the audit shows it.
+async fn spend_never_exceeds_eps(url: &str) {
+    let (t, _) = FakeDp::gaussian(50.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    ingest_grid(&app, 4, 6, 1.0).await;
+    let mut releases = Vec::new();
+    for _ in 0..3 {
+        let job = app.retrain().await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        releases.push(job["release_id"].as_i64().unwrap());
+        assert_ledger_invariants(&app.store).await;
+    }
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "skipped", "{job}");
+    assert!(job["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no rating has budget left"));
+    let (_, a) = app.get("/v1/users/u1/budget", READER).await;
+    for e in a["ratings"]["entries"].as_array().unwrap() {
+        assert_eq!(e["status"], "exhausted", "{e}");
+        assert_eq!(e["releases"], 3);
+        assert!(e["spent"].as_f64().unwrap() <= e["eps"].as_f64().unwrap());
+    }
+    assert_eq!(a["releases"]["total"], 3);
+    assert_ledger_rows_hold_no_values(&app.store).await;
+    let rel = &a["releases"]["entries"][0];
+    assert!(rel["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "popularity-discrete-laplace"));
+    assert_eq!(rel["mechanisms"][0]["unit"], "rating");
+    assert_eq!(rel["mechanisms"][0]["neighbour"], "add-remove");
+    // New ratings still take part; exhausted ones do not.
+    app.ingest(&[("u1", "fresh", 4.0, Some(1.0))]).await;
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let (_, rel) = app.get("/v1/models/current", READER).await;
+    assert_eq!(rel["release"]["n_ratings"], 1);
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(spend_never_exceeds_eps);
+
+/// A user with a small RDP budget is admitted until the filter is full, then excluded
+/// (their ratings too), falls back to popularity, and the audit says why.
+async fn user_filter_is_never_exceeded(url: &str) {
+    let (t, _) = FakeDp::gaussian(10.0);
+    let mut s = settings(url);
+    s.budget.share = "split:20".into();
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    ingest_grid(&app, 3, 5, 1.0).await;
+    let (st, _) = app
+        .put(
+            "/v1/users/u1/settings",
+            WRITER,
+            &json!({"budget_eps": 1.6, "budget_delta": 1e-5}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let mut admitted = 0;
+    for _ in 0..15 {
+        let job = app.retrain().await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_ledger_invariants(&app.store).await;
+        let (_, a) = app.get("/v1/users/u1/budget", READER).await;
+        let filter_eps = a["spent"]["filter_eps"].as_f64().unwrap();
+        assert!(filter_eps <= 1.6 + 1e-12, "{a}");
+        if a["releases"]["total"].as_i64().unwrap() > admitted {
+            admitted += 1;
+        } else {
+            break;
+        }
+    }
+    assert!((1..15).contains(&admitted), "admitted {admitted}");
+    let (_, rec) = app.get("/v1/users/u1/recommendations", READER).await;
+    assert_eq!(rec["fallback"], true, "{rec}");
+    let (_, rec0) = app.get("/v1/users/u0/recommendations", READER).await;
+    assert_eq!(rec0["fallback"], false, "{rec0}");
+    let (_, a) = app.get("/v1/users/u1/budget", READER).await;
+    assert!(a["note"].as_str().unwrap().contains("no DP profile"), "{a}");
+    let (st, _) = app.get("/v1/models/current/users/u1", READER).await;
+    assert_eq!(st, 404);
+    app.stop().await;
+}
+both_backends!(user_filter_is_never_exceeded);
+
+/// A panicking or failing trainer, a failure between training and commit, a failure
+/// inside the commit transaction, and a trainer that overcharges: each leaves nothing
+/// (no release, no charges, no model, no spend) and the old model keeps being served.
+async fn crashes_leave_nothing_behind(url: &str) {
+    let (t, mode) = FakeDp::gaussian(20.0);
+    let fail_before = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fail_inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (fb, fi) = (fail_before.clone(), fail_inside.clone());
+    let hooks = Hooks {
+        before_commit: Some(Arc::new(move || {
+            if fb.load(Ordering::SeqCst) {
+                Err("simulated crash before commit".into())
+            } else {
+                Ok(())
+            }
+        })),
+        inside_commit: Some(Arc::new(move || {
+            if fi.load(Ordering::SeqCst) {
+                Err("simulated crash inside the commit".into())
+            } else {
+                Ok(())
+            }
+        })),
+    };
+    let app = TestApp::spawn(settings(url), t, hooks).await;
+    ingest_grid(&app, 3, 4, 1.0).await;
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded");
+    let first = job["release_id"].as_i64().unwrap();
+    let counts = app.store.counts().await.unwrap();
+    let print = app.store.fingerprint().await.unwrap();
+    type Arm<'a> = Box<dyn Fn() + 'a>;
+    let scenarios: Vec<(&str, Arm)> = vec![
+        (
+            "trainer panic",
+            Box::new(|| mode.store(fake::PANIC, Ordering::SeqCst)),
+        ),
+        (
+            "trainer error",
+            Box::new(|| mode.store(fake::FAIL, Ordering::SeqCst)),
+        ),
+        (
+            "overcharging trainer",
+            Box::new(|| mode.store(fake::OVERCHARGE, Ordering::SeqCst)),
+        ),
+        (
+            "failure before commit",
+            Box::new(|| fail_before.store(true, Ordering::SeqCst)),
+        ),
+        (
+            "failure inside commit",
+            Box::new(|| fail_inside.store(true, Ordering::SeqCst)),
+        ),
+    ];
+    for (name, arm) in scenarios {
+        mode.store(fake::OK, Ordering::SeqCst);
+        fail_before.store(false, Ordering::SeqCst);
+        fail_inside.store(false, Ordering::SeqCst);
+        arm();
+        let job = app.retrain().await;
+        assert_eq!(job["status"], "failed", "{name}: {job}");
+        assert!(job["reason"].is_string(), "{name}");
+        assert_eq!(app.store.counts().await.unwrap(), counts, "{name}");
+        assert_eq!(app.store.fingerprint().await.unwrap(), print, "{name}");
+        assert_eq!(
+            app.app_registry.current().unwrap().release_id,
+            first,
+            "{name}"
+        );
+        assert_ledger_invariants(&app.store).await;
+    }
+    mode.store(fake::OK, Ordering::SeqCst);
+    fail_before.store(false, Ordering::SeqCst);
+    fail_inside.store(false, Ordering::SeqCst);
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    app.stop().await;
+}
+both_backends!(crashes_leave_nothing_behind);
+
+/// Two service instances on one database, retraining at the same time, repeatedly:
+/// the lease lets one train at a time, and whatever runs, nothing is overspent.
+async fn two_instances_never_overspend(url: &str) {
+    let (t1, _) = FakeDp::gaussian(30.0);
+    let (t2, _) = FakeDp::gaussian(30.0);
+    let a = TestApp::spawn(settings(url), t1, Hooks::default()).await;
+    let b = TestApp::spawn(settings(url), t2, Hooks::default()).await;
+    ingest_grid(&a, 4, 5, 1.0).await;
+    let mut published = 0;
+    for _ in 0..4 {
+        let (ja, jb) = tokio::join!(a.retrain(), b.retrain());
+        for j in [&ja, &jb] {
+            assert_ne!(j["status"], "failed", "{j}");
+            if j["status"] == "succeeded" {
+                published += 1;
+            }
+        }
+        assert_ledger_invariants(&a.store).await;
+    }
+    assert!((1..=3).contains(&published), "published {published}");
+    a.stop().await;
+    b.stop().await;
+}
+both_backends!(two_instances_never_overspend);
+
+/// The commit re-checks the stored state: two releases planned from the same snapshot
+/// (as two trainers without a lease would), committed concurrently, cannot both spend
+/// a rating's last budget; the loser is aborted whole.
+async fn commit_rechecks_stored_state(url: &str) {
+    let (t, _) = FakeDp::gaussian(30.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    app.ingest(&[("u1", "i1", 4.0, Some(1.0)), ("u1", "i2", 3.0, Some(1.0))])
+        .await;
+    let snap = app.store.snapshot().await.unwrap();
+    let record = |eps: f64| ReleaseRecord {
+        trainer: "manual".into(),
+        params: json!({}),
+        guarantee: "proven".into(),
+        mechanisms: json!([]),
+        popularity_eps: 0.0,
+        n_ratings: 2,
+        n_users: 1,
+        n_items: 2,
+        job_id: None,
+        rating_unit: "rating".into(),
+        rating_neighbour: "add-remove".into(),
+        rating_charges: snap
+            .ratings
+            .iter()
+            .map(|r| RatingChargeRow {
+                rating_id: r.id,
+                user: r.user.clone(),
+                item: r.item.clone(),
+                eps_train: eps,
+                eps_popularity: 0.0,
+            })
+            .collect(),
+        user_charges: [(
+            "u1".to_string(),
+            vec![PrivacyEvent::pure_dp(eps, 2).unwrap()],
+        )]
+        .into(),
+        model_json: "{}".into(),
+        users_json: "[]".into(),
+        items_json: "[]".into(),
+        popularity_json: "{}".into(),
+    };
+    let (r1, r2) = (record(0.6), record(0.6));
+    let (x, y) = tokio::join!(commit(&app.store, &r1, None), commit(&app.store, &r2, None));
+    let ok = [x.is_ok(), y.is_ok()];
+    assert_eq!(ok.iter().filter(|&&b| b).count(), 1, "{x:?} {y:?}");
+    let err = if x.is_err() { x } else { y }.unwrap_err();
+    assert!(matches!(err, CommitError::RatingOverspend { .. }), "{err}");
+    let c = app.store.counts().await.unwrap();
+    assert_eq!((c.releases, c.rating_charges, c.user_charges), (1, 2, 1));
+    assert_ledger_invariants(&app.store).await;
+    // A user charge the filter rejects aborts the release too, ratings included.
+    let mut big = record(0.1);
+    big.user_charges = [(
+        "u1".to_string(),
+        vec![PrivacyEvent::gaussian(0.01, 1).unwrap()],
+    )]
+    .into();
+    let err = commit(&app.store, &big, None).await.unwrap_err();
+    assert!(matches!(err, CommitError::UserRejected(_)), "{err}");
+    assert_eq!(app.store.counts().await.unwrap(), c);
+    app.stop().await;
+}
+both_backends!(commit_rechecks_stored_state);
+
+/// A non-private trainer (explicit flag) is recorded as a "non-private" release without
+/// charges.
+async fn non_private_release_charges_nothing(url: &str) {
+    let mut s = settings(url);
+    s.trainer.name = "baseline".into();
+    s.trainer.allow_non_private = true;
+    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
+    ingest_grid(&app, 3, 4, 1.0).await;
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let (_, cur) = app.get("/v1/models/current", READER).await;
+    assert_eq!(cur["release"]["guarantee"], "non-private");
+    let c = app.store.counts().await.unwrap();
+    assert_eq!((c.rating_charges, c.user_charges), (0, 0));
+    let (_, rec) = app.get("/v1/users/u1/recommendations", READER).await;
+    assert_eq!(rec["guarantee"], "non-private");
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(non_private_release_charges_nothing);
+
+/// Timing of a release over ML-100K-sized data (100k ratings, 943 users): run with
+/// `cargo test --test api -- --ignored large_release --nocapture`.
+async fn large_release(url: &str) {
+    let (t, _) = FakeDp::new(None);
+    let mut s = settings(url);
+    s.budget.default_user_eps = 1e6;
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    let batch: Vec<dprec::store::NewRating> = (0..100_000)
+        .map(|k| dprec::store::NewRating {
+            user: format!("u{}", k % 943),
+            item: format!("i{}", (k * 7 + k / 943) % 1682),
+            value: 3.0,
+            eps: Some(1.0),
+        })
+        .collect();
+    let defaults = dprec::store::Defaults {
+        rating_eps: 1.0,
+        user_eps: 1e6,
+        user_delta: 1e-6,
+    };
+    let started = std::time::Instant::now();
+    let mut unique = std::collections::HashSet::new();
+    let batch: Vec<_> = batch
+        .into_iter()
+        .filter(|r| unique.insert((r.user.clone(), r.item.clone())))
+        .collect();
+    for chunk in batch.chunks(10_000) {
+        app.store.upsert_ratings(chunk, defaults).await.unwrap();
+    }
+    let ingest = started.elapsed();
+    let started = std::time::Instant::now();
+    let job = app.retrain().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    eprintln!(
+        "large_release [{}]: {} ratings ingested in {:.1} s, release in {:.1} s",
+        app.store.backend().name(),
+        batch.len(),
+        ingest.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+
+mod large_release_timing {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timing run"]
+    async fn sqlite() {
+        let db = crate::helpers::TestDb::new(crate::helpers::Kind::Sqlite, "large_release")
+            .await
+            .unwrap();
+        super::large_release(&db.url).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timing run"]
+    async fn postgres() {
+        if let Some(db) =
+            crate::helpers::TestDb::new(crate::helpers::Kind::Postgres, "large_release").await
+        {
+            super::large_release(&db.url).await;
+        }
+    }
+}

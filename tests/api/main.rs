@@ -1,0 +1,16 @@
+//! Service tests: the real server on 127.0.0.1:0, over HTTP, per endpoint group. Tests
+//! marked with `both_backends!` run on SQLite and on PostgreSQL (skipped with a visible
+//! message when PostgreSQL is unreachable, unless DPREC_REQUIRE_POSTGRES=1).
+
+mod helpers;
+
+mod fake;
+
+mod admin;
+mod auth;
+mod health;
+mod ledger;
+mod models;
+mod ratings;
+mod recommend;
+mod users;
