@@ -94,9 +94,11 @@ wrk.headers["Authorization"] = "Bearer $ADMIN"
 wrk.headers["Content-Type"] = "application/json"
 request = function()
   local parts = {}
+  -- item k of the batch, random user: no (user, item) pair twice in a batch (the API
+  -- rejects duplicates), and re-ratings across batches exercise the upsert path.
   for k = 1, 1000 do
     parts[k] = string.format('{"user":"load%d","item":"%d","rating":%d,"eps":1.0}',
-      math.random(1, 20000), math.random(1, 1682), math.random(1, 5))
+      math.random(1, 20000), k, math.random(1, 5))
   end
   return wrk.format("POST", "/v1/ratings", nil, '{"ratings":[' .. table.concat(parts, ",") .. ']}')
 end

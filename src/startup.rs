@@ -152,6 +152,10 @@ impl Application {
             metrics: metrics.clone(),
             keys,
             scale: settings.scale()?,
+            user_facts: Arc::new(crate::serve::facts::UserFactsCache::new(
+                std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
+                200_000,
+            )),
         });
         let listener = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();

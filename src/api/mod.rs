@@ -36,6 +36,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub keys: auth::Keys,
     pub scale: RatingScale,
+    /// Deleted flags and rated items per user, so top-N is served from memory.
+    pub user_facts: Arc<crate::serve::facts::UserFactsCache>,
 }
 
 /// Reads a JSON body: `application/json` only, at most `max_body_bytes`, unknown fields

@@ -118,6 +118,9 @@ pub async fn ingest(
         .inspect_err(|_| {
             state.metrics.store_errors.inc();
         })?;
+    state
+        .user_facts
+        .invalidate(ratings.iter().map(|r| r.user.as_str()));
     state.metrics.ratings_ingested.inc_by(ratings.len() as u64);
     Ok(HttpResponse::Ok().json(IngestResult {
         accepted: ratings.len(),
@@ -142,11 +145,12 @@ pub async fn delete_rating(
     let (user, item) = path.into_inner();
     let user = path_id(&state, "user", &user)?;
     let item = path_id(&state, "item", &item)?;
-    if state
+    let deleted = state
         .store
         .delete_rating(user.as_str(), item.as_str())
-        .await?
-    {
+        .await?;
+    state.user_facts.invalidate([user.as_str()]);
+    if deleted {
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(ApiError::not_found(format!(

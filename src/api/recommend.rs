@@ -47,6 +47,24 @@ fn no_model() -> ApiError {
     ApiError::unavailable("no model has been published yet; ingest ratings and retrain")
 }
 
+/// The user's deleted flag and rated items, from memory when cached (see
+/// [`crate::serve::facts`]).
+async fn user_facts(
+    state: &AppState,
+    user: &str,
+) -> Result<std::sync::Arc<crate::serve::facts::UserFacts>, ApiError> {
+    if let Some(f) = state.user_facts.get(user) {
+        return Ok(f);
+    }
+    let stored = state.store.user(user).await?;
+    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts {
+        deleted: stored.as_ref().is_some_and(|u| u.deleted),
+        rated: state.store.rated_items(user).await?.into_iter().collect(),
+    });
+    state.user_facts.insert(user, facts.clone());
+    Ok(facts)
+}
+
 /// Top-N items for a user from the published DP profiles, with the DP-popularity fallback.
 #[utoipa::path(get, path = "/v1/users/{user}/recommendations", tag = "recommendations",
     params(("user" = String, Path), RecommendQuery),
@@ -66,19 +84,14 @@ pub async fn recommendations(
     }
     let offset = q.offset.unwrap_or(0);
     let model = state.registry.current().ok_or_else(no_model)?;
-    let stored = state.store.user(user.as_str()).await?;
-    let deleted = stored.as_ref().is_some_and(|u| u.deleted);
-    let exclude: HashSet<String> = if q.include_rated.unwrap_or(false) {
-        HashSet::new()
+    let facts = user_facts(&state, user.as_str()).await?;
+    let none = HashSet::new();
+    let exclude = if q.include_rated.unwrap_or(false) {
+        &none
     } else {
-        state
-            .store
-            .rated_items(user.as_str())
-            .await?
-            .into_iter()
-            .collect()
+        &facts.rated
     };
-    let top = model.top_n(user.as_str(), n, offset, &exclude, deleted);
+    let top = model.top_n(user.as_str(), n, offset, exclude, facts.deleted);
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,

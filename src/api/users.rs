@@ -121,7 +121,9 @@ pub async fn delete_user(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
-    if state.store.delete_user(user.as_str()).await? {
+    let deleted = state.store.delete_user(user.as_str()).await?;
+    state.user_facts.invalidate([user.as_str()]);
+    if deleted {
         Ok(HttpResponse::NoContent().finish())
     } else {
         Err(ApiError::not_found(format!(

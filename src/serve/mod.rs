@@ -1,6 +1,8 @@
 //! Serving from memory: the registry of the published model (swapped atomically as an
 //! `Arc`), top-N recommendations with the DP-popularity fallback, and similar items.
 
+pub mod facts;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

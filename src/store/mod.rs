@@ -235,6 +235,18 @@ pub(crate) fn curve_json(c: &RdpCurve) -> String {
     serde_json::to_string(c).expect("RDP curves serialise")
 }
 
+/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 5 binds per row).
+const UPSERT_CHUNK: usize = 400;
+
+/// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
+/// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
+fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
+    (0..n)
+        .map(|k| group(1 + k * per))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Store {
     /// Connects (creating a SQLite file if missing, in WAL mode) and runs the migrations.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Self> {
@@ -245,7 +257,13 @@ impl Store {
             Backend::Sqlite if !url.contains('?') => format!("{url}?mode=rwc"),
             _ => url.to_string(),
         };
-        let opts = AnyConnectOptions::from_str(&url).context("invalid database.url")?;
+        use sqlx::ConnectOptions;
+        // Statements waiting on SQLite's write lock under concurrent batches are "slow" by
+        // sqlx's default 1 s threshold, and its warning prints the whole multi-row SQL:
+        // log them at debug level only.
+        let opts = AnyConnectOptions::from_str(&url)
+            .context("invalid database.url")?
+            .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
         let mut pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(10));
@@ -333,63 +351,119 @@ impl Store {
         defaults: Defaults,
     ) -> Result<usize, StoreError> {
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
-        let mut user_default: BTreeMap<&str, Option<f64>> = BTreeMap::new();
-        let mut seen_items: std::collections::BTreeSet<&str> = Default::default();
-        let zero = curve_json(&RdpCurve::zeros_default());
+        // A pair rated twice in one batch: the last value wins, as if sent one by one
+        // (a multi-row upsert may touch each row once).
+        let mut last: BTreeMap<(&str, &str), &NewRating> = BTreeMap::new();
         for r in batch {
-            if !user_default.contains_key(r.user.as_str()) {
-                sqlx::query(
-                    "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, \
-                     deleted, created_at, updated_at) VALUES ($1, NULL, $2, $3, $4, 0, $5, $5) \
-                     ON CONFLICT (id) DO UPDATE SET deleted = 0",
-                )
-                .bind(&r.user)
-                .bind(defaults.user_eps)
-                .bind(defaults.user_delta)
-                .bind(&zero)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                let d: Option<f64> = sqlx::query("SELECT default_eps FROM users WHERE id = $1")
-                    .bind(&r.user)
-                    .fetch_one(&mut *tx)
-                    .await?
-                    .try_get(0)?;
-                user_default.insert(&r.user, d);
+            last.insert((r.user.as_str(), r.item.as_str()), r);
+        }
+        let rows: Vec<&NewRating> = last.into_values().collect();
+        let users: Vec<&str> = {
+            let set: std::collections::BTreeSet<&str> =
+                rows.iter().map(|r| r.user.as_str()).collect();
+            set.into_iter().collect()
+        };
+        let items: Vec<&str> = {
+            let set: std::collections::BTreeSet<&str> =
+                rows.iter().map(|r| r.item.as_str()).collect();
+            set.into_iter().collect()
+        };
+        // A new user's consumed curve is stored as '' (read back as the zero curve by
+        // `parse_curve`) instead of 156 zeros of JSON per row.
+        let zero = "";
+        let mut tx = self.pool.begin().await?;
+        // Multi-row statements, a few hundred rows each (well under both backends'
+        // bind-parameter limits): one round trip per chunk instead of one per rating.
+        for chunk in users.chunks(UPSERT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, \
+                 deleted, created_at, updated_at) VALUES {} \
+                 ON CONFLICT (id) DO UPDATE SET deleted = 0",
+                placeholders(chunk.len(), 5, |b| {
+                    format!(
+                        "(${}, NULL, ${}, ${}, ${}, 0, ${}, ${})",
+                        b,
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 4
+                    )
+                })
+            );
+            let mut q = sqlx::query(&sql);
+            for u in chunk {
+                q = q
+                    .bind(*u)
+                    .bind(defaults.user_eps)
+                    .bind(defaults.user_delta)
+                    .bind(zero)
+                    .bind(now);
             }
-            if seen_items.insert(&r.item) {
-                sqlx::query(
-                    "INSERT INTO items (id, created_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
-                )
-                .bind(&r.item)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+            q.execute(&mut *tx).await?;
+        }
+        let mut user_default: BTreeMap<String, Option<f64>> = BTreeMap::new();
+        for chunk in users.chunks(UPSERT_CHUNK) {
+            let sql = format!(
+                "SELECT id, default_eps FROM users WHERE id IN ({})",
+                placeholders(chunk.len(), 1, |b| format!("${b}"))
+            );
+            let mut q = sqlx::query(&sql);
+            for u in chunk {
+                q = q.bind(*u);
+            }
+            for row in q.fetch_all(&mut *tx).await? {
+                user_default.insert(row.try_get(0)?, row.try_get(1)?);
             }
         }
+        for chunk in items.chunks(UPSERT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO items (id, created_at) VALUES {} ON CONFLICT (id) DO NOTHING",
+                placeholders(chunk.len(), 2, |b| format!("(${}, ${})", b, b + 1))
+            );
+            let mut q = sqlx::query(&sql);
+            for i in chunk {
+                q = q.bind(*i).bind(now);
+            }
+            q.execute(&mut *tx).await?;
+        }
         let mut created = 0;
-        for r in batch {
-            let eps = r
-                .eps
-                .or(user_default[r.user.as_str()])
-                .unwrap_or(defaults.rating_eps);
-            let row = sqlx::query(
+        for chunk in rows.chunks(UPSERT_CHUNK) {
+            let sql = format!(
                 "INSERT INTO ratings (user_id, item_id, value, eps, spent, releases, origin, \
-                 created_at, updated_at) VALUES ($1, $2, $3, $4, 0, 0, 'raw', $5, $5) \
+                 created_at, updated_at) VALUES {} \
                  ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
                  updated_at = excluded.updated_at RETURNING created_at",
-            )
-            .bind(&r.user)
-            .bind(&r.item)
-            .bind(r.value)
-            .bind(eps)
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await?;
-            let created_at: i64 = row.try_get(0)?;
-            if created_at == now {
-                created += 1;
+                placeholders(chunk.len(), 5, |b| {
+                    format!(
+                        "(${}, ${}, ${}, ${}, 0, 0, 'raw', ${}, ${})",
+                        b,
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 4
+                    )
+                })
+            );
+            let mut q = sqlx::query(&sql);
+            for r in chunk {
+                let eps = r
+                    .eps
+                    .or(user_default.get(r.user.as_str()).copied().flatten())
+                    .unwrap_or(defaults.rating_eps);
+                q = q
+                    .bind(&r.user)
+                    .bind(&r.item)
+                    .bind(r.value)
+                    .bind(eps)
+                    .bind(now);
+            }
+            for row in q.fetch_all(&mut *tx).await? {
+                let created_at: i64 = row.try_get(0)?;
+                if created_at == now {
+                    created += 1;
+                }
             }
         }
         tx.commit().await?;
