@@ -72,6 +72,8 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
             .configure_mesh()
             .x_desc(format!("{x_label} (log scale)"))
             .y_desc("test RMSE (mean ± sd over folds)")
+            .x_labels(10)
+            .x_label_formatter(&|x| short_number(*x))
             .draw()?;
         draw_series(&mut chart, &series)?;
     } else {
@@ -182,6 +184,17 @@ fn fold_series(runs: &[RunReport]) -> Vec<Series> {
             (r.label.clone(), pts)
         })
         .collect()
+}
+
+/// A tick label without floating-point noise: three significant digits, no trailing zeros.
+fn short_number(x: f64) -> String {
+    let s = format!("{:.3}", x);
+    let s = if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        s
+    };
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
