@@ -66,7 +66,7 @@ pub struct EvalArgs {
     /// Write an SVG plot: RMSE against the swept parameter, or per fold without a sweep.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Title of the SVG plot [default: "dprec eval on <data>"].
+    /// Title of the SVG plot [default: "dprec eval on DATA"].
     #[arg(long)]
     pub title: Option<String>,
     /// No progress bar.

@@ -29,8 +29,7 @@ pub mod discrete;
 pub mod local;
 pub mod sampling;
 
-#[cfg(test)]
-pub(crate) mod stats;
+pub mod stats;
 
 pub use bounded_laplace::{
     bounded_laplace, bounded_laplace_cdf, bounded_laplace_density, bounded_laplace_epsilon,

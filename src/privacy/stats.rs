@@ -1,4 +1,5 @@
-//! Test-only statistics: KS and chi-square goodness of fit, and the reference CDFs.
+//! Goodness-of-fit statistics for the sampler tests (here and in `tests/`): KS and
+//! chi-square, and the reference CDFs. Pure functions; nothing in production calls them.
 //!
 //! Critical values are chosen so that a correct sampler fails a test with probability
 //! about `alpha` (1e-6 in the tests); seeds are fixed, so the suite is deterministic.

@@ -250,7 +250,7 @@ impl UserStepConfig {
 }
 
 /// Public offsets subtracted from each rating before the user step:
-/// y_uj = r_uj - global - item_bias[j]. Both MUST be public (data-independent, or from
+/// y_uj = r_uj - global - `item_bias[j]`. Both MUST be public (data-independent, or from
 /// an already-charged DP release).
 #[derive(Debug, Clone, Copy)]
 pub struct UserOffsets<'a> {

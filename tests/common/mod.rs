@@ -109,42 +109,6 @@ pub fn low_rank_with_truth(
     }
 }
 
-/// Kolmogorov-Smirnov statistic `sup |F_n - F|` of `xs` against a continuous CDF.
-pub fn ks_statistic<F: Fn(f64) -> f64>(mut xs: Vec<f64>, cdf: F) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len() as f64;
-    let mut d: f64 = 0.0;
-    for (i, &x) in xs.iter().enumerate() {
-        let f = cdf(x);
-        d = d.max((i as f64 + 1.0) / n - f).max(f - i as f64 / n);
-    }
-    d
-}
-
-/// Asymptotic KS critical value at false-failure rate `alpha`: `2 exp(-2 n c^2) = alpha`.
-pub fn ks_critical(n: usize, alpha: f64) -> f64 {
-    (-(alpha / 2.0).ln() / 2.0).sqrt() / (n as f64).sqrt()
-}
-
-/// CDF of Gamma(shape k, scale 1) for integer k: `1 - e^-x sum_{j<k} x^j / j!`.
-pub fn gamma_int_cdf(k: usize, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    let mut term = 1.0;
-    let mut sum = 1.0;
-    for j in 1..k {
-        term *= x / j as f64;
-        sum += term;
-    }
-    1.0 - (-x).exp() * sum
-}
-
-/// Binomial frequency tolerance: 5.33 standard errors (two-sided false failure ~1e-7).
-pub fn freq_tolerance(p: f64, n: usize) -> f64 {
-    5.33 * (p * (1.0 - p) / n as f64).sqrt()
-}
-
 /// Two-sided tolerance of the moment checks, in standard errors (false failure ~1e-7).
 pub const Z_CRIT: f64 = 5.33;
 
@@ -175,3 +139,7 @@ pub fn mean_var(x: &[f64]) -> (f64, f64) {
 pub fn var_ok(var: f64, want: f64, n: usize) -> bool {
     (var / want - 1.0).abs() <= Z_CRIT * (2.0 / (n as f64 - 1.0)).sqrt()
 }
+
+// Not every test binary uses every helper.
+#[allow(unused_imports)]
+pub use dprec::privacy::stats::{freq_tolerance, gamma_int_cdf, ks_critical, ks_statistic};
