@@ -13,10 +13,10 @@ use crate::data::{IdMap, Interactions, Ratings};
 use crate::ledger::commit::{commit, InsideTxHook, RatingChargeRow, ReleaseRecord};
 use crate::ledger::{plan, pure_events, PlanParams, SharePolicy};
 use crate::metrics::Metrics;
-use crate::privacy::discrete::release_count;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
 use crate::store::{now_ms, Store};
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use crate::train::dp_stats::noisy_counts;
 use crate::train::{Guarantee, TrainData, Trainer};
 
 /// Failure injection points for the crash tests.
@@ -274,14 +274,11 @@ impl Retrainer {
                 counts[ratings.items[k] as usize] += 1;
             }
         }
-        let noisy: Vec<i64> = counts
-            .iter()
-            .map(|&c| release_count(c, pop_eps, &mut rng))
-            .collect::<Result<_, _>>()
+        let noisy: Vec<i64> = noisy_counts(&counts, pop_eps, &mut rng)
             .map_err(|e| anyhow::anyhow!("popularity release: {e}"))?;
 
-        // Charges: per rating (trainer + popularity), per user (trainer events and the
-        // pure-DP charges of the user's ratings).
+        // Charges: per rating (trainer + popularity), per user (the trainer's events, and
+        // the popularity once; see ReleaseCharges for the rating-unit contract).
         let mut rating_charges = Vec::new();
         let mut user_charges: BTreeMap<String, Vec<PrivacyEvent>> = BTreeMap::new();
         let mut mechanisms: Vec<MechanismRecord> = Vec::new();
