@@ -171,10 +171,18 @@ impl Published {
                     .filter(keep)
                     .map(|j| (j, self.model.score(u, j)))
                     .collect();
-                scored.sort_by(|a, b| {
+                let order = |a: &(usize, f64), b: &(usize, f64)| {
                     b.1.total_cmp(&a.1)
                         .then_with(|| self.items[a.0].cmp(&self.items[b.0]))
-                });
+                };
+                // Only the first offset + n are needed: partition them out in O(items),
+                // then sort just those (the catalogue can be tens of thousands of items).
+                let k = offset.saturating_add(n);
+                if k < scored.len() {
+                    scored.select_nth_unstable_by(k, order);
+                    scored.truncate(k);
+                }
+                scored.sort_by(order);
                 TopN {
                     items: scored
                         .into_iter()
@@ -340,6 +348,12 @@ mod tests {
         );
         let t = p.top_n("u0", 5, 1, &none, false);
         assert_eq!(t.items.len(), 2);
+        // offset + n below the catalogue size takes the partial-selection path.
+        let t = p.top_n("u0", 1, 1, &none, false);
+        assert_eq!(
+            t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
+            ["a"]
+        );
     }
 
     #[test]
