@@ -11,7 +11,7 @@ use crate::accountant::PrivacyEvent;
 use crate::config::Settings;
 use crate::data::{IdMap, Interactions, Ratings};
 use crate::ledger::commit::{commit, InsideTxHook, RatingChargeRow, ReleaseRecord};
-use crate::ledger::{plan, pure_events, PlanParams, SharePolicy};
+use crate::ledger::{complete_user_events, plan, PlanParams, SharePolicy};
 use crate::metrics::Metrics;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
 use crate::store::{now_ms, Store};
@@ -332,21 +332,7 @@ impl Retrainer {
             }
             for (u, (max_train, popularity)) in per_user_pure {
                 let events = user_charges.entry(u.to_string()).or_default();
-                // The trainer's user events must bound its largest rating charge of the
-                // user (the ReleaseCharges contract); if they do not, charge that rating's
-                // amount as one more pure-DP event rather than trust them.
-                let reported: f64 = events
-                    .iter()
-                    .map(|e| match e {
-                        PrivacyEvent::PureDp { eps, count } => eps * *count as f64,
-                        _ => 0.0,
-                    })
-                    .sum();
-                if reported + 1e-12 < max_train {
-                    events.extend(pure_events([max_train]));
-                }
-                // The popularity counts: each rating is in at most one count.
-                events.extend(pure_events([popularity]));
+                complete_user_events(events, max_train, popularity);
             }
             mechanisms = fitted.charges.mechanisms.clone();
             if let Some(m) = mechanisms.iter().find(|m| m.unit == PrivacyUnit::Rating) {

@@ -109,6 +109,28 @@ fn max_share(admitted: &[Admitted]) -> Option<f64> {
         .max_by(f64::total_cmp)
 }
 
+/// Completes one user's charges of a release (unit: one rating). `events` are the
+/// trainer's events for the user; `max_train` is the largest trainer charge among the
+/// user's ratings, `popularity` the popularity eps if any of them was counted (0 if not).
+///
+/// The trainer's pure-DP user events must add up to at least `max_train` (the
+/// `ReleaseCharges` contract); if they do not, that rating's amount is charged as one more
+/// `PureDp` rather than trusting them. The popularity release is charged once: each rating
+/// is in at most one count.
+pub fn complete_user_events(events: &mut Vec<PrivacyEvent>, max_train: f64, popularity: f64) {
+    let reported: f64 = events
+        .iter()
+        .map(|e| match e {
+            PrivacyEvent::PureDp { eps, count } => eps * *count as f64,
+            _ => 0.0,
+        })
+        .sum();
+    if reported + 1e-12 < max_train {
+        events.extend(pure_events([max_train]));
+    }
+    events.extend(pure_events([popularity]));
+}
+
 /// The RDP curve of `events` on the default grid (zero for no events).
 pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, String> {
     compose_events(events, &default_orders()).map_err(|e| e.to_string())
@@ -414,6 +436,29 @@ mod tests {
             p.users_excluded.get("heavy"),
             Some(&Exclusion::UserFilterFull)
         );
+    }
+
+    #[test]
+    fn user_events_cover_the_largest_rating_charge_and_popularity_once() {
+        let g = PrivacyEvent::gaussian(2.0, 1).unwrap();
+        // A trainer that reported no pure-DP event: the service charges the largest.
+        let mut e = vec![g.clone()];
+        complete_user_events(&mut e, 0.3, 0.05);
+        assert_eq!(
+            e,
+            vec![
+                g.clone(),
+                PrivacyEvent::PureDp { eps: 0.3, count: 1 },
+                PrivacyEvent::PureDp {
+                    eps: 0.05,
+                    count: 1
+                },
+            ]
+        );
+        // A trainer whose events already cover it: nothing added but the popularity.
+        let mut e = vec![g.clone(), PrivacyEvent::PureDp { eps: 0.3, count: 1 }];
+        complete_user_events(&mut e, 0.3, 0.0);
+        assert_eq!(e.len(), 2);
     }
 
     /// A user whose consumed curve leaves no room is excluded even with a tiny charge.
