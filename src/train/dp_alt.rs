@@ -423,6 +423,7 @@ impl Trainer for DpAlt {
             model,
             charges,
             guarantee: Guarantee::Proven,
+            ranker: None,
         })
     }
 }

@@ -727,6 +727,7 @@ impl Trainer for GaussianMf {
             model,
             charges,
             guarantee: Guarantee::Proven,
+            ranker: None,
         })
     }
 }
@@ -967,6 +968,7 @@ impl Trainer for PaperGaussianMf {
             model,
             charges,
             guarantee: Guarantee::PaperClaimed,
+            ranker: None,
         })
     }
 }

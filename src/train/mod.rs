@@ -14,12 +14,14 @@ pub mod linalg;
 pub mod model;
 pub mod objpert;
 pub mod params;
+pub mod ranker;
 pub mod sgd;
 pub mod ssp;
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
+pub use ranker::Ranker;
 
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng::DpRng;
@@ -71,6 +73,9 @@ pub struct Fitted {
     pub model: FactorModel,
     pub charges: ReleaseCharges,
     pub guarantee: Guarantee,
+    /// A model that ranks from the user's own ratings (item-item, projection), when
+    /// `model` alone cannot express it; `None`: `model` ranks and predicts.
+    pub ranker: Option<std::sync::Arc<dyn Ranker>>,
 }
 
 impl Fitted {
@@ -80,6 +85,7 @@ impl Fitted {
             model,
             charges: ReleaseCharges::default(),
             guarantee: Guarantee::NonPrivate,
+            ranker: None,
         }
     }
 }

@@ -133,6 +133,7 @@ impl Trainer for FakeDp {
                 users,
             },
             guarantee: Guarantee::Proven,
+            ranker: None,
         })
     }
 }

@@ -447,6 +447,7 @@ impl Trainer for PdpPmf {
             model,
             charges: out.charges,
             guarantee: Guarantee::Proven,
+            ranker: None,
         })
     }
 }

@@ -227,6 +227,7 @@ impl Trainer for PaperPmf {
                 users,
             },
             guarantee: Guarantee::PaperClaimed,
+            ranker: None,
         })
     }
 }
