@@ -11,6 +11,7 @@ use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::ResponseError;
 use actix_web::{web, App, HttpRequest, HttpServer};
 use anyhow::{bail, Context};
+use futures_util::future::Either;
 
 use crate::api::{self, auth, ApiError, AppState};
 use crate::config::{AuthMode, Role, Settings};
@@ -202,6 +203,26 @@ impl Application {
                     ErrorHandlers::new()
                         .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
                 )
+                .wrap_fn(|req, srv| {
+                    // Before routing: a too-long request target is refused without
+                    // reading it further.
+                    let len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+                    if len > api::MAX_URI_BYTES {
+                        let e = ApiError::new(
+                            StatusCode::URI_TOO_LONG,
+                            "URI too long",
+                            format!(
+                                "request target of {len} bytes exceeds the limit of {}",
+                                api::MAX_URI_BYTES
+                            ),
+                        );
+                        let res = req.into_response(e.error_response()).map_into_right_body();
+                        Either::Left(std::future::ready(Ok(res)))
+                    } else {
+                        let fut = srv.call(req);
+                        Either::Right(async move { fut.await.map(|r| r.map_into_left_body()) })
+                    }
+                })
                 .configure(api::routes)
                 .default_service(web::to(|req: HttpRequest| async move {
                     Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
@@ -257,9 +278,20 @@ fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHand
         res.request().method(),
         res.request().path()
     );
+    let allow = res
+        .request()
+        .match_pattern()
+        .and_then(|p| api::allowed_methods(&p));
     let (req, _) = res.into_parts();
     let problem = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed", detail);
-    let res = ServiceResponse::new(req, problem.error_response())
+    let mut response = problem.error_response();
+    if let Some(allow) = allow {
+        response.headers_mut().insert(
+            actix_web::http::header::ALLOW,
+            actix_web::http::header::HeaderValue::from_static(allow),
+        );
+    }
+    let res = ServiceResponse::new(req, response)
         .map_into_boxed_body()
         .map_into_right_body();
     Ok(ErrorHandlerResponse::Response(res))

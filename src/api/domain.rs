@@ -34,14 +34,24 @@ impl Id {
     }
 }
 
-/// A privacy parameter eps: finite, > 0 and at most the configured maximum.
+/// A privacy parameter eps: finite, at least [`Epsilon::MIN`] and at most the configured
+/// maximum.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Epsilon(f64);
 
 impl Epsilon {
+    /// The smallest eps the API takes. Below it a rating's noise or a budget is so large
+    /// that nothing useful is released, and values near the subnormal range (1e-320) would
+    /// turn into infinities in the accountant (1 / eps) and the noise scales. The bound is
+    /// a constant, so it reveals nothing about the data.
+    pub const MIN: f64 = 1e-6;
+
     pub fn parse(v: f64, max: f64) -> Result<Self, String> {
-        if !v.is_finite() || v <= 0.0 || v > max {
-            return Err(format!("eps must be > 0 and <= {max}, got {v}"));
+        if !v.is_finite() || v < Self::MIN || v > max {
+            return Err(format!(
+                "eps must be >= {} and <= {max}, got {v}",
+                Self::MIN
+            ));
         }
         Ok(Self(v))
     }
@@ -57,7 +67,7 @@ pub struct Delta(f64);
 
 impl Delta {
     pub fn parse(v: f64) -> Result<Self, String> {
-        if !(v > 0.0 && v < 1.0) {
+        if !(v.is_normal() && v > 0.0 && v < 1.0) {
             return Err(format!("delta must be in (0, 1), got {v}"));
         }
         Ok(Self(v))
@@ -73,6 +83,15 @@ impl Delta {
 pub struct RatingValue(f64);
 
 impl RatingValue {
+    /// How far (in steps) a rating may sit from a point of the scale and still count as
+    /// that point: enough for decimal-to-binary rounding of values like 3.3 on a 0.1 step
+    /// (about 1e-15 steps), far below any deliberate offset such as 1e-9.
+    pub const STEP_TOLERANCE: f64 = 1e-12;
+
+    /// Parses a rating. With a step, the stored value is the exact scale point
+    /// `min + k * step` (so 3.3 sent on a 0.1 step is stored as the same double every
+    /// time); a value further than [`Self::STEP_TOLERANCE`] steps from every point is
+    /// refused.
     pub fn parse(v: f64, scale: RatingScale) -> Result<Self, String> {
         if !v.is_finite() || !scale.contains(v) {
             return Err(format!(
@@ -82,12 +101,14 @@ impl RatingValue {
         }
         if scale.step > 0.0 {
             let k = (v - scale.min) / scale.step;
-            if (k - k.round()).abs() > 1e-9 {
+            if (k - k.round()).abs() > Self::STEP_TOLERANCE {
                 return Err(format!(
-                    "rating must be a multiple of {} from {}",
+                    "rating must be a multiple of {} from {}, got {v}",
                     scale.step, scale.min
                 ));
             }
+            let snapped = (scale.min + k.round() * scale.step).clamp(scale.min, scale.max);
+            return Ok(Self(snapped));
         }
         Ok(Self(v))
     }
@@ -112,9 +133,20 @@ mod tests {
     #[test]
     fn eps_delta_rating() {
         assert!(Epsilon::parse(0.5, 10.0).is_ok());
-        for bad in [0.0, -1.0, 10.5, f64::NAN, f64::INFINITY] {
-            assert!(Epsilon::parse(bad, 10.0).is_err());
+        for bad in [
+            0.0,
+            -1.0,
+            10.5,
+            f64::NAN,
+            f64::INFINITY,
+            1e-320,
+            1e-300,
+            9e-7,
+        ] {
+            assert!(Epsilon::parse(bad, 10.0).is_err(), "{bad}");
         }
+        assert!(Epsilon::parse(Epsilon::MIN, 10.0).is_ok());
+        assert!(Delta::parse(1e-320).is_err());
         assert!(Delta::parse(1e-6).is_ok());
         assert!(Delta::parse(0.0).is_err() && Delta::parse(1.0).is_err());
         let s = RatingScale::new(1.0, 5.0, 0.5).unwrap();
@@ -122,5 +154,13 @@ mod tests {
         assert!(RatingValue::parse(3.2, s).is_err());
         assert!(RatingValue::parse(5.5, s).is_err());
         assert!(RatingValue::parse(f64::NAN, s).is_err());
+        // 1e-9 off a step is refused, not stored as sent.
+        assert!(RatingValue::parse(3.0 + 1e-9, s).is_err());
+        assert!(RatingValue::parse(3.0 - 1e-9, s).is_err());
+        // Decimal values on a 0.1 step are snapped to the exact scale point.
+        let tenth = RatingScale::new(0.0, 10.0, 0.1).unwrap();
+        let v = RatingValue::parse(3.3, tenth).unwrap().get();
+        assert_eq!(v, 0.0 + 33.0 * 0.1);
+        assert!(RatingValue::parse(3.3 + 1e-9, tenth).is_err());
     }
 }

@@ -17,7 +17,8 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     state.store.ping().await.map_err(|e| {
         state.metrics.store_errors.inc();
-        ApiError::unavailable(format!("store unreachable: {e}"))
+        log::warn!("readyz: store unreachable: {e}");
+        ApiError::unavailable("store unreachable")
     })?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "status": "ready",

@@ -63,6 +63,13 @@ pub async fn json_body<T: DeserializeOwned>(
             "expected Content-Type application/json, got {ct:?}"
         )));
     }
+    if let Some(charset) = charset_param(ct) {
+        if !charset.eq_ignore_ascii_case("utf-8") {
+            return Err(ApiError::unsupported_media(format!(
+                "JSON bodies must be UTF-8 (RFC 8259); charset={charset} is not accepted"
+            )));
+        }
+    }
     if let Some(len) = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -86,6 +93,16 @@ pub async fn json_body<T: DeserializeOwned>(
         body.extend_from_slice(&chunk);
     }
     parse_json(&body)
+}
+
+/// The `charset` parameter of a Content-Type value, unquoted (`None` when absent).
+fn charset_param(ct: &str) -> Option<String> {
+    ct.split(';').skip(1).find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| value.trim().trim_matches('"').to_string())
+    })
 }
 
 /// Parses JSON with the path of the failing field.
@@ -141,13 +158,58 @@ pub fn path_id(state: &AppState, field: &str, raw: &str) -> Result<domain::Id, A
         .map_err(|e| ApiError::invalid(field, format!("{field} {e}")))
 }
 
-/// Routes of the service. Each path is one resource, so a wrong method is a 405.
+/// Every route's pattern and the methods it answers, in the form of an `Allow` header.
+/// The 405 handler sends this list; a test checks it against the routes below.
+pub const ALLOWED_METHODS: &[(&str, &str)] = &[
+    ("/healthz", "GET, HEAD"),
+    ("/readyz", "GET, HEAD"),
+    ("/metrics", "GET, HEAD"),
+    ("/openapi.json", "GET, HEAD"),
+    ("/docs", "GET, HEAD"),
+    ("/v1/ratings", "POST"),
+    ("/v1/users/{user}/ratings/{item}", "DELETE"),
+    ("/v1/users/{user}", "DELETE"),
+    ("/v1/users/{user}/settings", "GET, HEAD, PUT"),
+    ("/v1/users/{user}/budget", "GET, HEAD"),
+    ("/v1/users/{user}/recommendations", "GET, HEAD"),
+    ("/v1/items/{item}/similar", "GET, HEAD"),
+    ("/v1/models", "GET, HEAD"),
+    ("/v1/models/current", "GET, HEAD"),
+    ("/v1/models/current/items", "GET, HEAD"),
+    ("/v1/models/current/users/{user}", "GET, HEAD"),
+    ("/v1/admin/retrain", "POST"),
+    ("/v1/admin/jobs/{id}", "GET, HEAD"),
+];
+
+/// The `Allow` value of a matched route pattern.
+pub fn allowed_methods(pattern: &str) -> Option<&'static str> {
+    ALLOWED_METHODS
+        .iter()
+        .find(|(p, _)| *p == pattern)
+        .map(|(_, m)| *m)
+}
+
+/// The longest request target (path and query) the service reads, in bytes. Longer ones
+/// get 414 problem+json. (Targets over 65,534 bytes never reach the application: actix-http
+/// refuses them while parsing the request head, with an empty 400; over 128 KiB of head,
+/// an empty 431. A reverse proxy in front should cap URLs below that, see deploy/.)
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// GET routes also answer HEAD (RFC 9110 9.3.2: same headers, no body; actix drops the
+/// body of a response to HEAD).
+fn get() -> actix_web::Route {
+    use actix_web::guard;
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
+/// Routes of the service. Each path is one resource, so a wrong method is a 405 (with
+/// `Allow` from [`ALLOWED_METHODS`]).
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/healthz").get(health::healthz))
-        .service(web::resource("/readyz").get(health::readyz))
-        .service(web::resource("/metrics").get(health::metrics))
-        .service(web::resource("/openapi.json").get(health::openapi_json))
-        .service(web::resource("/docs").get(health::docs))
+    cfg.service(web::resource("/healthz").route(get().to(health::healthz)))
+        .service(web::resource("/readyz").route(get().to(health::readyz)))
+        .service(web::resource("/metrics").route(get().to(health::metrics)))
+        .service(web::resource("/openapi.json").route(get().to(health::openapi_json)))
+        .service(web::resource("/docs").route(get().to(health::docs)))
         .service(
             web::scope("/v1")
                 .service(web::resource("/ratings").post(ratings::ingest))
@@ -157,19 +219,25 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/users/{user}").delete(users::delete_user))
                 .service(
                     web::resource("/users/{user}/settings")
-                        .get(users::get_settings)
+                        .route(get().to(users::get_settings))
                         .put(users::put_settings),
                 )
-                .service(web::resource("/users/{user}/budget").get(users::audit))
+                .service(web::resource("/users/{user}/budget").route(get().to(users::audit)))
                 .service(
-                    web::resource("/users/{user}/recommendations").get(recommend::recommendations),
+                    web::resource("/users/{user}/recommendations")
+                        .route(get().to(recommend::recommendations)),
                 )
-                .service(web::resource("/items/{item}/similar").get(recommend::similar))
-                .service(web::resource("/models").get(models::list))
-                .service(web::resource("/models/current").get(models::current))
-                .service(web::resource("/models/current/items").get(models::item_profiles))
-                .service(web::resource("/models/current/users/{user}").get(models::user_profile))
+                .service(web::resource("/items/{item}/similar").route(get().to(recommend::similar)))
+                .service(web::resource("/models").route(get().to(models::list)))
+                .service(web::resource("/models/current").route(get().to(models::current)))
+                .service(
+                    web::resource("/models/current/items").route(get().to(models::item_profiles)),
+                )
+                .service(
+                    web::resource("/models/current/users/{user}")
+                        .route(get().to(models::user_profile)),
+                )
                 .service(web::resource("/admin/retrain").post(admin::retrain))
-                .service(web::resource("/admin/jobs/{id}").get(admin::job)),
+                .service(web::resource("/admin/jobs/{id}").route(get().to(admin::job))),
         );
 }

@@ -22,6 +22,16 @@ pub struct Problem {
     pub field: Option<String>,
 }
 
+/// Seconds a client waits before retrying a 503 (sent as `Retry-After`).
+pub const RETRY_AFTER_SECS: u32 = 1;
+
+/// Reference numbers that tie a 500's body to its log line (process-local, increasing).
+fn next_reference() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Every error a handler returns.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -82,8 +92,22 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", detail)
     }
 
+    /// A 500. The detail is logged server-side with a reference number; the body carries
+    /// only that reference, never internal (database, file, stack) text.
     pub fn internal(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal error", detail)
+        let reference = next_reference();
+        log::error!("internal error (reference {reference}): {}", detail.into());
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal error",
+            format!("internal error; the server log has the details under reference {reference}"),
+        )
+    }
+
+    /// A 503 for a store that is busy (lock contention, pool exhausted): the client retries
+    /// after [`RETRY_AFTER_SECS`] (sent as `Retry-After`).
+    pub fn busy(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "Busy", detail)
     }
 
     pub fn problem(&self) -> Problem {
@@ -120,23 +144,115 @@ impl ResponseError for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             b.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
         }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            b.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
+        }
         b.body(serde_json::to_string(&self.problem()).unwrap_or_default())
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        log::error!("store error: {e}");
         match e {
             StoreError::NotFound => Self::not_found("not found"),
+            e if is_contention(&e) => {
+                log::warn!("store busy, answered 503: {e}");
+                Self::busy("the store is busy; retry shortly")
+            }
             other => Self::internal(format!("store error: {other}")),
         }
     }
 }
 
+/// Lock contention or an exhausted pool: transient, so a 503 with `Retry-After`, not a 500.
+/// SQLite reports a held write lock as SQLITE_BUSY (code 5, "database is locked") or
+/// SQLITE_LOCKED (code 6) once `busy_timeout` has passed; the pool reports a wait longer
+/// than its acquire timeout as `PoolTimedOut`. PostgreSQL's `lock_not_available` (55P03)
+/// and `serialization_failure` (40001) are the same kind of condition.
+pub fn is_contention(e: &StoreError) -> bool {
+    match e {
+        StoreError::Db(e) => is_db_contention(e),
+        _ => false,
+    }
+}
+
+/// [`is_contention`] for a bare sqlx error.
+pub fn is_db_contention(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(d) => {
+            let code = d.code().unwrap_or_default();
+            // Extended SQLite codes keep the primary code in the low byte (517 = BUSY_SNAPSHOT).
+            let sqlite_busy = code
+                .parse::<i64>()
+                .map(|c| matches!(c & 0xff, 5 | 6))
+                .unwrap_or(false);
+            sqlite_busy || code == "55P03" || code == "40001"
+        }
+        _ => false,
+    }
+}
+
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
-        log::error!("internal error: {e:#}");
+        let busy = e.downcast_ref::<StoreError>().is_some_and(is_contention)
+            || e.downcast_ref::<sqlx::Error>()
+                .is_some_and(is_db_contention);
+        if busy {
+            log::warn!("store busy, answered 503: {e:#}");
+            return Self::busy("the store is busy; retry shortly");
+        }
         Self::internal(format!("{e:#}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    fn body_of(e: &ApiError) -> (StatusCode, String, Option<String>) {
+        let res = e.error_response();
+        let retry = res
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_string());
+        let status = res.status();
+        let bytes = res.into_body().try_into_bytes().unwrap();
+        (status, String::from_utf8(bytes.to_vec()).unwrap(), retry)
+    }
+
+    #[test]
+    fn internal_errors_carry_no_internal_text() {
+        let secret = "no such table: ledger_secret_table at /var/lib/dprec/dprec.sqlite";
+        let from_store: ApiError = StoreError::Db(sqlx::Error::Protocol(secret.to_string())).into();
+        let from_corrupt: ApiError = StoreError::Corrupt(secret.to_string()).into();
+        let from_anyhow: ApiError = anyhow::anyhow!(secret.to_string()).into();
+        for e in [from_store, from_corrupt, from_anyhow] {
+            let (status, body, _) = body_of(&e);
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(!body.contains("ledger_secret_table"), "{body}");
+            assert!(!body.contains("/var/lib"), "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["status"], 500);
+            assert!(
+                v["detail"].as_str().unwrap().contains("reference"),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn contention_is_503_with_retry_after() {
+        let e: ApiError = StoreError::Db(sqlx::Error::PoolTimedOut).into();
+        let (status, body, retry) = body_of(&e);
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert!(body.contains("busy"), "{body}");
+        let e: ApiError = anyhow::Error::from(StoreError::Db(sqlx::Error::PoolTimedOut)).into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        // Not every database error is contention.
+        let e: ApiError = StoreError::Db(sqlx::Error::RowNotFound).into();
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

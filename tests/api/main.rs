@@ -8,6 +8,7 @@ mod fake;
 
 mod admin;
 mod auth;
+mod hardening;
 mod health;
 mod ledger;
 mod models;

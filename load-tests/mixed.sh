@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Mixed load on `dprec serve`: readers, writers, a health probe and back-to-back admin
+# releases at the same time (loopback only, bounded in time and in request count).
+#
+#   load-tests/mixed.sh [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m]
+#                       [--readers N] [--writers N] [--batch N]
+#
+# 1. builds the release binary and the `load_mixed` client (examples/load_mixed.rs);
+# 2. starts the service on 127.0.0.1 with a fresh store (SQLite file in a temp dir, or a
+#    fresh PostgreSQL database that is dropped at the end), scheduler off;
+# 3. imports the data through the API (`dprec import`): MovieLens-100K, or 1M synthetic
+#    ratings from `dprec synth --ratings 1000000`), and trains the first release;
+# 4. runs the client for --duration seconds (default 60): 28 readers (top-N of random
+#    existing users), 4 writers (batches of 100 ratings of existing users and items),
+#    /healthz every 100 ms, and admin releases back to back (trigger, wait, trigger);
+# 5. prints per endpoint: requests by status and p50 / p99 / max latency; exits 1 if any
+#    response was a 5xx or a request got no answer (timeout / connection error).
+#
+# Results and the machine are recorded in docs/BENCHMARKS.md ("Mixed load").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BACKEND=sqlite
+DURATION=60
+DATA=ml100k
+READERS=28
+WRITERS=4
+BATCH=100
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --backend) BACKEND="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --data) DATA="$2"; shift 2 ;;
+        --readers) READERS="$2"; shift 2 ;;
+        --writers) WRITERS="$2"; shift 2 ;;
+        --batch) BATCH="$2"; shift 2 ;;
+        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--batch N]" >&2; exit 2 ;;
+    esac
+done
+TARGET=${CARGO_TARGET_DIR:-$PWD/target}
+cargo build --release --quiet --bin dprec --example load_mixed
+BIN=$TARGET/release/dprec
+CLIENT=$TARGET/release/examples/load_mixed
+WORK=$(mktemp -d)
+PORT=$((20000 + RANDOM % 20000))
+BASE=http://127.0.0.1:$PORT
+ADMIN=load-admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+PGDB=""
+PID=""
+cleanup() {
+    if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+    if [[ -n "$PGDB" ]]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $PGDB WITH (FORCE)" >/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+case "$DATA" in
+    ml100k)
+        DATADIR=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
+        USERS=943; ITEMS=1682 ;;
+    synth1m)
+        # 1M ratings written as user,item,rating CSV by the synthetic generator.
+        "$BIN" synth --preset ml100k --ratings 1000000 --seed 42 --out "$WORK/synth.csv" >&2
+        DATADIR=$WORK/synth.csv
+        USERS=$(cut -d, -f1 "$WORK/synth.csv" | sort -un | tail -1)
+        ITEMS=$(cut -d, -f2 "$WORK/synth.csv" | sort -un | tail -1) ;;
+    *) echo "--data ml100k|synth1m" >&2; exit 2 ;;
+esac
+
+if [[ "$BACKEND" == postgres ]]; then
+    PGDB=dprec_mixed_$$
+    psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $PGDB" >/dev/null
+    DB_URL="postgres://postgres@127.0.0.1:5432/$PGDB"
+else
+    DB_URL="sqlite://$WORK/dprec.sqlite"
+fi
+cat > "$WORK/dprec.toml" <<TOML
+[server]
+bind = "127.0.0.1:$PORT"
+[database]
+url = "$DB_URL"
+[auth]
+mode = "keys"
+[[auth.keys]]
+key = "$ADMIN"
+role = "admin"
+[scheduler]
+enabled = false
+TOML
+RUST_LOG=${RUST_LOG:-warn} "$BIN" serve --config "$WORK/dprec.toml" > "$WORK/serve.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 100); do curl -sf "$BASE/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "$BASE/readyz" >/dev/null || { cat "$WORK/serve.log" >&2; exit 1; }
+
+echo "== $BACKEND: import $DATA through the API" >&2
+"$BIN" import --url "$BASE" --api-key "$ADMIN" --eps 1.0 "$DATADIR" 2>&1 | tail -1 >&2
+echo "== $BACKEND: first release" >&2
+JOB=$(curl -sf -X POST "$BASE/v1/admin/retrain" -H "Authorization: Bearer $ADMIN" | sed -E 's/.*"id":([0-9]+).*/\1/')
+T0=$(date +%s)
+for _ in $(seq 1 3000); do
+    STATUS=$(curl -sf "$BASE/v1/admin/jobs/$JOB" -H "Authorization: Bearer $ADMIN")
+    case "$STATUS" in *'"status":"succeeded"'*) break ;; *'"status":"failed"'*|*'"status":"skipped"'*) echo "$STATUS" >&2; exit 1 ;; esac
+    sleep 0.2
+done
+echo "first release: $(( $(date +%s) - T0 )) s" >&2
+
+echo "== $BACKEND / $DATA: mixed load for ${DURATION}s ($READERS readers, $WRITERS writers x $BATCH ratings, releases back to back)" >&2
+"$CLIENT" --base "$BASE" --key "$ADMIN" --duration "$DURATION" --readers "$READERS" \
+    --writers "$WRITERS" --batch "$BATCH" --users "$USERS" --items "$ITEMS" | tee "$WORK/out.txt"
+if grep -q "database is locked\|panicked" "$WORK/serve.log"; then
+    echo "server log:" >&2; grep -m5 "database is locked\|panicked" "$WORK/serve.log" >&2
+fi
+TOTALS=$(grep '^totals:' "$WORK/out.txt")
+BAD=$(grep -cE ' (5[0-9][0-9]|timeout|connect|io):' "$WORK/out.txt" || true)
+if [[ "$TOTALS" != *"5xx=0"* || "$BAD" != 0 ]]; then
+    echo "FAIL: 5xx responses or requests without an answer" >&2
+    exit 1
+fi
