@@ -44,6 +44,19 @@ pub struct DatabaseSettings {
     /// `sqlite://FILE` (created if missing) or `postgres://...`.
     pub url: String,
     pub max_connections: u32,
+    /// SQLite only: `"normal"` (default; acknowledged writes survive a process crash, the
+    /// last ones may be lost on power loss) or `"full"` (fsync at every commit; they
+    /// survive power loss too). See docs/RELIABILITY.md.
+    pub sqlite_synchronous: SqliteSync,
+}
+
+/// SQLite's `PRAGMA synchronous` in WAL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SqliteSync {
+    #[default]
+    Normal,
+    Full,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +147,13 @@ pub struct SchedulerSettings {
     /// Seconds between checks for releases published by another instance (replicas
     /// sharing one database serve the newest release); 0 disables.
     pub reload_secs: u64,
+    /// A name for this instance that stays the same across restarts (e.g. the host name
+    /// of a single-node deployment). A restarted instance takes over the trainer lease its
+    /// previous run left behind (after kill -9 or a crash) and marks that run's jobs
+    /// failed, instead of waiting `lease_secs`. Two live instances must never share it.
+    /// Default: the host name and the bind address (two processes cannot bind the same
+    /// address), or none when the port is 0 (then a dead lease simply expires).
+    pub instance_id: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -151,6 +171,7 @@ impl Default for DatabaseSettings {
         Self {
             url: "sqlite://dprec.sqlite".into(),
             max_connections: 8,
+            sqlite_synchronous: SqliteSync::Normal,
         }
     }
 }
@@ -208,6 +229,7 @@ impl Default for SchedulerSettings {
             min_new_ratings: 100,
             lease_secs: 900,
             reload_secs: 10,
+            instance_id: None,
         }
     }
 }
@@ -263,12 +285,35 @@ impl Settings {
         if self.scheduler.retrain_interval_secs == 0 || self.scheduler.lease_secs == 0 {
             bail!("scheduler.retrain_interval_secs and scheduler.lease_secs must be >= 1");
         }
+        if let Some(id) = &self.scheduler.instance_id {
+            if id.is_empty() || id.contains('#') || id.chars().any(char::is_control) {
+                bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
+            }
+        }
         for k in &self.auth.keys {
             if k.key.len() < 16 {
                 bail!("auth.keys: every key must be at least 16 characters");
             }
         }
         Ok(())
+    }
+
+    /// The instance name of the trainer lease (see `scheduler.instance_id`).
+    pub fn instance_id(&self) -> Option<String> {
+        if let Some(id) = &self.scheduler.instance_id {
+            return Some(id.clone());
+        }
+        let addr = self.bind_addr().ok()?;
+        if addr.port() == 0 {
+            return None;
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        Some(format!("{host}/{addr}").replace('#', "_"))
     }
 
     pub fn bind_addr(&self) -> anyhow::Result<SocketAddr> {

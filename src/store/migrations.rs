@@ -22,12 +22,23 @@ pub async fn run(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::Error> {
         Backend::Sqlite => SQLITE,
         Backend::Postgres => POSTGRES,
     };
+    // The migrations table is created under the same advisory lock as the migrations:
+    // two PostgreSQL servers starting together on a fresh database would otherwise both
+    // run CREATE TABLE IF NOT EXISTS and one fails on the catalog's unique index
+    // (`pg_type_typname_nsp_index`). Under the lock the second sees the committed table.
+    let mut tx = pool.begin().await?;
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(7215441306)")
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS dprec_migrations (version BIGINT PRIMARY KEY, \
          name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     for &(version, name, sql) in list {
         let mut tx = pool.begin().await?;
         if backend == Backend::Postgres {

@@ -10,6 +10,7 @@ mod admin;
 mod auth;
 mod hardening;
 mod health;
+mod lease;
 mod ledger;
 mod models;
 mod ratings;
