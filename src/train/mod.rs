@@ -9,14 +9,18 @@ pub mod baseline;
 pub mod charges;
 pub mod dp_alt;
 pub mod dp_stats;
+pub mod dp_topn;
 pub mod gaussian_mf;
+pub mod item_ranker;
 pub mod linalg;
 pub mod model;
 pub mod objpert;
 pub mod params;
 pub mod ranker;
+pub mod references;
 pub mod sgd;
 pub mod ssp;
+pub mod sym_eigen;
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
@@ -111,6 +115,22 @@ pub trait Trainer: Send + Sync {
 /// Names accepted by [`build`], with a one-line description each.
 pub const TRAINERS: &[(&str, &str)] = &[
     (
+        "dp-topn",
+        "top-N default: DP counts -> DP-popular candidates -> DP Gram of norm-clipped user rows -> PureSVD (or EASE) item model; user-level Gaussian from the release plan + RSM per rating; proven",
+    ),
+    (
+        "dp-popularity",
+        "most popular by DP counts (dp-topn's count step with the whole budget; reference); proven",
+    ),
+    (
+        "popularity",
+        "most popular by exact training counts (non-private reference)",
+    ),
+    (
+        "ease",
+        "EASE item-item closed form on the exact Gram (non-private reference, Steck 2019)",
+    ),
+    (
         "dp-alt",
         "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven",
     ),
@@ -176,6 +196,10 @@ pub fn names() -> Vec<&'static str> {
 pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError> {
     let t: Box<dyn Trainer> = match name {
         "dp-alt" => Box::new(dp_alt::DpAlt::from_params(params)?),
+        "dp-topn" => Box::new(dp_topn::DpTopN::from_params(params)?),
+        "dp-popularity" => Box::new(references::DpPopularity::from_params(params)?),
+        "popularity" => Box::new(references::Popularity::from_params(params)?),
+        "ease" => Box::new(references::Ease::from_params(params)?),
         "baseline" => Box::new(baseline::Baseline::from_params(params)?),
         "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
         "als-mf" => Box::new(als::AlsMf::from_params(params)?),
