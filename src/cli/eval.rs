@@ -272,15 +272,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
 
     println!(
         "{:<40} {:>16} {:>16} {:>16} {:>8} {:>8} {:>7} {:>8} {:>16}",
-        "trainer",
-        "RMSE",
-        "MAE",
-        "NDCG@10",
-        "P@10",
-        "R@10",
-        "cov",
-        "pop",
-        "train s/fold"
+        "trainer", "RMSE", "MAE", "NDCG@10", "P@10", "R@10", "cov", "pop", "train s/fold"
     );
     for r in &runs {
         let label = match &r.sweep {

@@ -175,7 +175,12 @@ fn predictions(ranker: &dyn Ranker, train: &Interactions, test: &Ratings) -> Opt
             own.clear();
             if u < train.by_user.n_rows() {
                 let (items, values) = train.by_user.row(u);
-                own.extend(items.iter().zip(values).map(|(&i, &v)| (i as usize, v as f64)));
+                own.extend(
+                    items
+                        .iter()
+                        .zip(values)
+                        .map(|(&i, &v)| (i as usize, v as f64)),
+                );
             }
             own_of = u;
         }

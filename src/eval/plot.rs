@@ -213,14 +213,11 @@ fn sweep_series(runs: &[RunReport], metric: Metric) -> Vec<Series> {
     let mut by_label: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
     for r in runs {
         let Some(s) = &r.sweep else { continue };
-        by_label
-            .entry(r.label.clone())
-            .or_default()
-            .push((
-                s.value,
-                metric.of_summary(&r.mean),
-                metric.of_summary(&r.std),
-            ));
+        by_label.entry(r.label.clone()).or_default().push((
+            s.value,
+            metric.of_summary(&r.mean),
+            metric.of_summary(&r.std),
+        ));
     }
     by_label
         .into_iter()

@@ -300,7 +300,12 @@ pub fn gram(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) ->
 
 /// Adds symmetric Gaussian noise: N(0, sigma^2) on each upper-triangle entry (diagonal
 /// included), mirrored below.
-pub fn add_symmetric_noise(g: &mut [f64], k: usize, sigma: f64, rng: &mut DpRng) -> Result<(), TrainError> {
+pub fn add_symmetric_noise(
+    g: &mut [f64],
+    k: usize,
+    sigma: f64,
+    rng: &mut DpRng,
+) -> Result<(), TrainError> {
     for a in 0..k {
         for b in a..k {
             let e = gaussian(sigma, rng).map_err(numerical)?;
@@ -439,7 +444,11 @@ impl DpTopN {
     }
 
     /// Steps 1-6: sample, DP counts, candidates, DP Gram, and the charges.
-    pub fn release(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<GramRelease, TrainError> {
+    pub fn release(
+        &self,
+        data: &TrainData<'_>,
+        rng: &mut DpRng,
+    ) -> Result<GramRelease, TrainError> {
         self.release_steps(data, rng, true)
     }
 
@@ -466,7 +475,10 @@ impl DpTopN {
         let budgets: Vec<f64> = match (data.budgets, self.eps_r) {
             (Some(b), _) => {
                 if b.len() != n {
-                    return Err(invalid("budgets", format!("{} budgets for {n} ratings", b.len())));
+                    return Err(invalid(
+                        "budgets",
+                        format!("{} budgets for {n} ratings", b.len()),
+                    ));
                 }
                 b.to_vec()
             }
@@ -475,7 +487,10 @@ impl DpTopN {
         };
         let (z, z_c, z_g) = self.multipliers()?;
         if !with_gram && self.count_share != 1.0 {
-            return Err(invalid("count_share", "a counts-only release spends it all (1)"));
+            return Err(invalid(
+                "count_share",
+                "a counts-only release spends it all (1)",
+            ));
         }
         let c = self.contribution;
         // Without the Gram step its term vanishes (z_g = inf).
@@ -504,7 +519,12 @@ impl DpTopN {
         let charges = ReleaseCharges {
             mechanisms: vec![
                 MechanismRecord {
-                    name: if with_gram { "dp-topn-counts+gram" } else { "dp-topn-counts" }.into(),
+                    name: if with_gram {
+                        "dp-topn-counts+gram"
+                    } else {
+                        "dp-topn-counts"
+                    }
+                    .into(),
                     params: params.clone(),
                     unit: PrivacyUnit::User,
                     neighbour: Neighbour::AddRemove,
@@ -598,14 +618,20 @@ pub fn ease_weights(g: &[f64], k: usize, lambda: f64) -> Result<Vec<f64>, TrainE
             let mut b = vec![0.0; k * k];
             for i in 0..k {
                 for j in 0..k {
-                    b[i * k + j] = if i == j { 0.0 } else { -p[i * k + j] / p[j * k + j] };
+                    b[i * k + j] = if i == j {
+                        0.0
+                    } else {
+                        -p[i * k + j] / p[j * k + j]
+                    };
                 }
             }
             return Ok(b);
         }
         lam *= 2.0;
     }
-    Err(TrainError::Numerical("EASE: no ridge made the Gram positive definite".into()))
+    Err(TrainError::Numerical(
+        "EASE: no ridge made the Gram positive definite".into(),
+    ))
 }
 
 /// The published arrays as a [`FactorModel`] (no users): item factors = the projection
@@ -711,7 +737,14 @@ mod tests {
         let r = synthetic(300, 2000, 30);
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        let t = trainer(&["eps=5", "releases=1", "k=200", "threshold=0", "count_clip=3", "gram_clip=2"]);
+        let t = trainer(&[
+            "eps=5",
+            "releases=1",
+            "k=200",
+            "threshold=0",
+            "count_clip=3",
+            "gram_clip=2",
+        ]);
         let z = calibrate_noise_multiplier(5.0, 1e-6, 1).unwrap();
         let (z_c, z_g) = (z / 0.2f64.sqrt(), z / 0.8f64.sqrt());
         let mut rng = crate::rng::seeded(11);
@@ -725,7 +758,12 @@ mod tests {
             .collect();
         let exact = noisy_counts(&rows, 2000, 3.0, 1e-300, &mut crate::rng::seeded(0)).unwrap();
         let sd = |d: &[f64]| (d.iter().map(|x| x * x).sum::<f64>() / d.len() as f64).sqrt();
-        let dc: Vec<f64> = rel.noisy_counts.iter().zip(&exact).map(|(a, b)| a - b).collect();
+        let dc: Vec<f64> = rel
+            .noisy_counts
+            .iter()
+            .zip(&exact)
+            .map(|(a, b)| a - b)
+            .collect();
         let got = sd(&dc) / (z_c * 3.0);
         assert!((got - 1.0).abs() < 0.08, "count noise sd ratio {got}");
         let k = rel.candidates.len();
@@ -754,19 +792,42 @@ mod tests {
         }
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        let t = trainer(&["eps=5", "releases=1", "cap=20", "gram_clip=1.5", "threshold=0", "k=400"]);
+        let t = trainer(&[
+            "eps=5",
+            "releases=1",
+            "cap=20",
+            "gram_clip=1.5",
+            "threshold=0",
+            "k=400",
+        ]);
         let rel = t.release(&data, &mut crate::rng::seeded(3)).unwrap();
         let ev = rel.charges.user_events();
-        assert_eq!(ev[&heavy], ev[&0], "heavy and light users are charged alike");
+        assert_eq!(
+            ev[&heavy], ev[&0],
+            "heavy and light users are charged alike"
+        );
         assert_eq!(ev[&heavy], vec![t.planned_user_event().unwrap()]);
-        let sample = sample_ratings(&data, &vec![f64::INFINITY; r.len()], 1.0, 1e-6, cap, &mut crate::rng::seeded(4)).unwrap();
+        let sample = sample_ratings(
+            &data,
+            &vec![f64::INFINITY; r.len()],
+            1.0,
+            1e-6,
+            cap,
+            &mut crate::rng::seeded(4),
+        )
+        .unwrap();
         assert_eq!(sample.rows[heavy as usize].len(), cap);
         // Gram with and without the heavy user, same candidates, no noise.
         let all = gram(&sample.rows, 400, &rel.candidates, 1.5);
         let mut without = sample.rows.clone();
         without[heavy as usize].clear();
         let g0 = gram(&without, 400, &rel.candidates, 1.5);
-        let frob = all.iter().zip(&g0).map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt();
+        let frob = all
+            .iter()
+            .zip(&g0)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
         assert!(frob <= 1.5 * 1.5 + 1e-9, "moved by {frob}");
         assert!(frob > 0.5, "the heavy user does count ({frob})");
     }
@@ -788,7 +849,11 @@ mod tests {
         let t = trainer(&["threshold=0", "k=30", "eps=50", "releases=1"]);
         let rel = t.release(&data, &mut crate::rng::seeded(5)).unwrap();
         assert_eq!(rel.candidates.len(), 30);
-        let min_in = rel.candidates.iter().map(|&j| rel.noisy_counts[j as usize]).fold(f64::INFINITY, f64::min);
+        let min_in = rel
+            .candidates
+            .iter()
+            .map(|&j| rel.noisy_counts[j as usize])
+            .fold(f64::INFINITY, f64::min);
         let max_out = (0..100u32)
             .filter(|j| !rel.candidates.contains(j))
             .map(|j| rel.noisy_counts[j as usize])
@@ -814,7 +879,9 @@ mod tests {
         let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let budgets: Vec<f64> = (0..r.len()).map(|k| [0.0, 0.5, 100.0][k % 3]).collect();
         data.budgets = Some(&budgets);
-        let rel = trainer(&[]).release(&data, &mut crate::rng::seeded(6)).unwrap();
+        let rel = trainer(&[])
+            .release(&data, &mut crate::rng::seeded(6))
+            .unwrap();
         let totals = rel.charges.rating_totals(r.len());
         for (k, (&t, &b)) in totals.iter().zip(&budgets).enumerate() {
             assert!(t <= b, "rating {k}: charged {t} > budget {b}");
@@ -824,20 +891,32 @@ mod tests {
 
     #[test]
     fn rating_multiplier_uses_the_smaller_bound() {
-        let c = Contribution { cap: 10, count_clip: 8.0, gram_clip: 1.0 };
+        let c = Contribution {
+            cap: 10,
+            count_clip: 8.0,
+            gram_clip: 1.0,
+        };
         // counts: z_c * 8 / sqrt2; gram: z_g * 1 / sqrt2.
-        let (zc, zg) = (3.0, 1.0);
+        let (zc, zg) = (3.0f64, 1.0f64);
         let want = 1.0 / ((2.0 / (64.0 * zc * zc)) + 2.0 / (zg * zg)).sqrt();
         assert!((rating_multiplier(zc, zg, &c) - want).abs() < 1e-12);
-        let c = Contribution { cap: 10, count_clip: 0.5, gram_clip: 4.0 };
+        let c = Contribution {
+            cap: 10,
+            count_clip: 0.5,
+            gram_clip: 4.0,
+        };
         // counts: min(sqrt2, 1) = 1 -> z_c * 0.5; gram: min(16 sqrt2, 8 sqrt2) -> z_g * 16 / (8 sqrt2).
-        let want = 1.0 / (1.0 / (zc * 0.5).powi(2) + 1.0 / (zg * 16.0 / (8.0 * 2f64.sqrt())).powi(2)).sqrt();
+        let want = 1.0
+            / (1.0 / (zc * 0.5).powi(2) + 1.0 / (zg * 16.0 / (8.0 * 2f64.sqrt())).powi(2)).sqrt();
         assert!((rating_multiplier(zc, zg, &c) - want).abs() < 1e-12);
     }
 
     #[test]
     fn planned_noise_follows_the_plan() {
-        let one = trainer(&["eps=5", "delta=1e-6", "releases=1"]).multipliers().unwrap().0;
+        let one = trainer(&["eps=5", "delta=1e-6", "releases=1"])
+            .multipliers()
+            .unwrap()
+            .0;
         let year = trainer(&[]).multipliers().unwrap().0;
         assert!(year > 3.0 * one, "{one} vs {year}");
         let e = crate::train::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();

@@ -50,7 +50,11 @@ impl ItemRanker {
         scorer: ItemScorer,
         pop_weight: f64,
     ) -> Self {
-        assert_eq!(candidates.len(), popularity.len(), "one popularity per candidate");
+        assert_eq!(
+            candidates.len(),
+            popularity.len(),
+            "one popularity per candidate"
+        );
         let k = candidates.len();
         match &scorer {
             ItemScorer::Projection { d, factors } => assert_eq!(factors.len(), k * d),
@@ -176,7 +180,13 @@ mod tests {
     #[test]
     fn item_item_sums_rows_of_own_items() {
         let b = vec![0.0, 1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 6.0, 0.0];
-        let r = ItemRanker::new(3, vec![0, 1, 2], vec![1.0, 2.0, 4.0], ItemScorer::ItemItem { b }, 1.0);
+        let r = ItemRanker::new(
+            3,
+            vec![0, 1, 2],
+            vec![1.0, 2.0, 4.0],
+            ItemScorer::ItemItem { b },
+            1.0,
+        );
         let mut out = vec![0.0; 3];
         r.score_items(Some(0), &[(0, 4.0), (2, 3.0)], &mut out);
         let w = 1.0 / 2f64.sqrt();

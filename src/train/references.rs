@@ -130,8 +130,11 @@ impl Trainer for DpPopularity {
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let rel = self.inner.release_counts_only(data, rng)?;
         let n = data.matrix.n_items;
-        let candidates =
-            dp_topn::select_candidates(&rel.noisy_counts, self.inner.threshold * rel.sigma_count, n);
+        let candidates = dp_topn::select_candidates(
+            &rel.noisy_counts,
+            self.inner.threshold * rel.sigma_count,
+            n,
+        );
         let pop: Vec<f64> = candidates
             .iter()
             .map(|&j| rel.noisy_counts[j as usize])
