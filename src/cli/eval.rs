@@ -63,9 +63,25 @@ pub struct EvalArgs {
     /// Write the full report (per fold, mean, sd) as JSON to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Write an SVG plot: RMSE against the swept parameter, or per fold without a sweep.
+    /// Write an SVG plot: the --plot-metric against the swept parameter, or per fold
+    /// without a sweep.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// The figure the plot shows.
+    #[arg(long, value_enum, default_value_t = plot::Metric::Ndcg)]
+    pub plot_metric: plot::Metric,
+    /// Add the reference rankers to the run: most-popular (non-private), DP popularity
+    /// (user-level eps 5 at delta 1e-6 in one release, the `dp-popularity` defaults) and
+    /// EASE (non-private, lambda 300).
+    #[arg(long)]
+    pub references: bool,
+    /// Skip the ranking metrics (RMSE/MAE only).
+    #[arg(long)]
+    pub no_ranking: bool,
+    /// Rank at most this many test users per fold (an evenly spaced subset; for very
+    /// large data) [default: all].
+    #[arg(long)]
+    pub rank_users: Option<usize>,
     /// Title of the SVG plot [default: "dprec eval on DATA"].
     #[arg(long)]
     pub title: Option<String>,
@@ -80,6 +96,9 @@ fn trainer_help() -> String {
         train::describe()
     )
 }
+
+/// The reference rankers `--references` adds (DESIGN 6a).
+pub const REFERENCES: &[&str] = &["popularity", "dp-popularity", "ease"];
 
 /// The JSON report written by `--out`.
 #[derive(Debug, Serialize)]
@@ -155,11 +174,27 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let sweep = parse_sweep(&args)?;
     // Build every trainer first, so a bad parameter fails before any work is done.
     let mut jobs = Vec::new();
-    for spec in &args.trainers {
+    let mut specs = args.trainers.clone();
+    if args.references {
+        for r in REFERENCES {
+            if !specs.iter().any(|s| s == r) {
+                specs.push((*r).to_owned());
+            }
+        }
+    }
+    let ranking = (!args.no_ranking).then(|| eval::RankingConfig {
+        max_users: args.rank_users,
+        ..eval::RankingConfig::default()
+    });
+    for (n, spec) in specs.iter().enumerate() {
         let (name, own) = parse_trainer(spec);
+        // References added by --references run with their own defaults, once.
+        let reference = n >= args.trainers.len();
         // The trainer's own parameters come last, so they override the shared ones.
-        let base = Params::parse(&[args.params.as_slice(), own.as_slice()].concat())?;
-        let Some((key, values)) = &sweep else {
+        let shared: &[String] = if reference { &[] } else { &args.params };
+        let base = Params::parse(&[shared, own.as_slice()].concat())?;
+        let sweep = if reference { &None } else { &sweep };
+        let Some((key, values)) = sweep else {
             let trainer =
                 train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
             jobs.push((spec.clone(), trainer, None));
@@ -215,11 +250,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             scale,
             args.seed,
             point,
+            ranking.as_ref(),
             |f| {
                 bar.inc(1);
+                let ndcg = f.ranking.map(|m| m.ndcg).unwrap_or(f64::NAN);
                 let line = format!(
-                    "{label:<28} {:<6} rmse {:.4}  mae {:.4}  train {:.3}s",
-                    f.fold, f.rmse, f.mae, f.train_seconds
+                    "{label:<28} {:<6} rmse {:.4}  mae {:.4}  ndcg@10 {:.4}  train {:.3}s",
+                    f.fold, f.rmse, f.mae, ndcg, f.train_seconds
                 );
                 // Per-fold lines go above the bar on a terminal, else plainly to stderr.
                 if !bar.is_hidden() {
@@ -234,8 +271,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
 
     println!(
-        "{:<40} {:>16} {:>16} {:>16}",
-        "trainer", "RMSE", "MAE", "train s/fold"
+        "{:<40} {:>16} {:>16} {:>16} {:>8} {:>8} {:>7} {:>8} {:>16}",
+        "trainer", "RMSE", "MAE", "NDCG@10", "P@10", "R@10", "cov", "pop", "train s/fold"
     );
     for r in &runs {
         let label = match &r.sweep {
@@ -243,12 +280,18 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             None => r.label.clone(),
         };
         println!(
-            "{:<40} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.3} ±{:.3}",
+            "{:<40} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.4} {:>8.4} {:>7.3} {:>8.1} {:>8.3} ±{:.3}",
             label,
             r.mean.rmse,
             r.std.rmse,
             r.mean.mae,
             r.std.mae,
+            r.mean.ndcg,
+            r.std.ndcg,
+            r.mean.precision,
+            r.mean.recall,
+            r.mean.coverage,
+            r.mean.mean_popularity,
             r.mean.train_seconds,
             r.std.train_seconds
         );
@@ -268,7 +311,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .title
             .clone()
             .unwrap_or_else(|| format!("dprec eval on {}", args.data.display()));
-        plot::write_svg(&report.runs, &title, path)
+        plot::write_svg(&report.runs, &title, path, args.plot_metric)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -1,7 +1,10 @@
-//! Evaluation: k-fold cross validation of any trainer, with accuracy (RMSE, MAE) and
-//! training time per fold, JSON reports and SVG plots.
+//! Evaluation: k-fold cross validation of any trainer, with ranking quality
+//! (precision, recall, NDCG at k, coverage, popularity of the lists; [`ranking`]),
+//! accuracy (RMSE, MAE, for models that predict ratings) and training time per fold,
+//! JSON reports and SVG plots.
 
 pub mod plot;
+pub mod ranking;
 
 use std::time::Instant;
 
@@ -11,7 +14,9 @@ use crate::data::folds::Fold;
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng;
 use crate::train::charges::ChargeSummary;
-use crate::train::{Guarantee, TrainData, TrainError, Trainer};
+use crate::train::{Guarantee, Ranker, TrainData, TrainError, Trainer};
+
+pub use ranking::{ranking_metrics, RankingConfig, RankingMetrics};
 
 /// Root mean squared error of `pred` against the values of `truth`.
 pub fn rmse(pred: &[f64], truth: &Ratings) -> f64 {
@@ -38,8 +43,13 @@ pub fn mae(pred: &[f64], truth: &Ratings) -> f64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FoldResult {
     pub fold: String,
+    /// RMSE of the predicted ratings; NaN (JSON `null`) for models that only rank.
     pub rmse: f64,
+    /// MAE of the predicted ratings; NaN (JSON `null`) for models that only rank.
     pub mae: f64,
+    /// Top-N quality (absent when the run was asked not to rank).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranking: Option<RankingMetrics>,
     /// Wall-clock seconds of `Trainer::fit` alone.
     pub train_seconds: f64,
     /// Wall-clock seconds to build the sparse views the trainer is given.
@@ -61,6 +71,12 @@ pub struct Summary {
     pub rmse: f64,
     pub mae: f64,
     pub train_seconds: f64,
+    /// Ranking figures (NaN, JSON `null`, when the folds were not ranked).
+    pub precision: f64,
+    pub recall: f64,
+    pub ndcg: f64,
+    pub coverage: f64,
+    pub mean_popularity: f64,
 }
 
 /// One trainer configuration evaluated on every fold.
@@ -86,13 +102,25 @@ pub struct SweepPoint {
     pub value: f64,
 }
 
-/// Trains on `fold.train` and scores on `fold.test`. The run's randomness is seeded
-/// from `seed`, so the same call gives the same model.
+/// Trains on `fold.train` and scores on `fold.test` (RMSE/MAE and the default ranking
+/// metrics). The run's randomness is seeded from `seed`, so the same call gives the same
+/// model.
 pub fn evaluate_fold(
     trainer: &dyn Trainer,
     fold: &Fold,
     scale: RatingScale,
     seed: u64,
+) -> Result<FoldResult, TrainError> {
+    evaluate_fold_with(trainer, fold, scale, seed, Some(&RankingConfig::default()))
+}
+
+/// [`evaluate_fold`] with explicit ranking settings (`None`: no ranking metrics).
+pub fn evaluate_fold_with(
+    trainer: &dyn Trainer,
+    fold: &Fold,
+    scale: RatingScale,
+    seed: u64,
+    ranking: Option<&RankingConfig>,
 ) -> Result<FoldResult, TrainError> {
     let mut rng = rng::seeded(seed);
     let start = Instant::now();
@@ -102,7 +130,15 @@ pub fn evaluate_fold(
     let start = Instant::now();
     let fitted = trainer.fit(&data, &mut rng)?;
     let train_seconds = start.elapsed().as_secs_f64();
-    let pred = fitted.model.predict_all(&fold.test);
+    let ranker: &dyn Ranker = match &fitted.ranker {
+        Some(r) => r.as_ref(),
+        None => &fitted.model,
+    };
+    let (rmse_v, mae_v) = match predictions(ranker, &matrix, &fold.test) {
+        Some(pred) => (rmse(&pred, &fold.test), mae(&pred, &fold.test)),
+        None => (f64::NAN, f64::NAN),
+    };
+    let ranking = ranking.map(|cfg| ranking_metrics(ranker, &matrix, &fold.test, cfg));
     let privacy = if fitted.charges.is_empty() {
         None
     } else {
@@ -115,8 +151,9 @@ pub fn evaluate_fold(
     };
     Ok(FoldResult {
         fold: fold.name.clone(),
-        rmse: rmse(&pred, &fold.test),
-        mae: mae(&pred, &fold.test),
+        rmse: rmse_v,
+        mae: mae_v,
+        ranking,
         train_seconds,
         prep_seconds,
         n_train: fold.train.len(),
@@ -124,6 +161,33 @@ pub fn evaluate_fold(
         privacy,
         guarantee: fitted.guarantee,
     })
+}
+
+/// Predicted ratings of `test` from the ranker and each user's own training ratings, or
+/// `None` when the model does not predict ratings.
+fn predictions(ranker: &dyn Ranker, train: &Interactions, test: &Ratings) -> Option<Vec<f64>> {
+    let mut out = Vec::with_capacity(test.len());
+    let mut own: Vec<(usize, f64)> = Vec::new();
+    let mut own_of = usize::MAX;
+    for k in 0..test.len() {
+        let (u, j) = (test.users[k] as usize, test.items[k] as usize);
+        if u != own_of {
+            own.clear();
+            if u < train.by_user.n_rows() {
+                let (items, values) = train.by_user.row(u);
+                own.extend(
+                    items
+                        .iter()
+                        .zip(values)
+                        .map(|(&i, &v)| (i as usize, v as f64)),
+                );
+            }
+            own_of = u;
+        }
+        let user = (u < train.n_users).then_some(u);
+        out.push(ranker.predict(user, &own, j)?);
+    }
+    Some(out)
 }
 
 /// Seed of fold `k` of a run seeded with `seed` (folds get distinct streams).
@@ -134,34 +198,56 @@ pub fn fold_seed(seed: u64, k: usize) -> u64 {
 
 /// Mean and sample standard deviation of fold results.
 pub fn summarize(folds: &[FoldResult]) -> (Summary, Summary) {
-    let stat = |f: fn(&FoldResult) -> f64| {
-        let n = folds.len() as f64;
-        let mean = folds.iter().map(f).sum::<f64>() / n.max(1.0);
-        let var = if folds.len() > 1 {
-            folds.iter().map(|x| (f(x) - mean).powi(2)).sum::<f64>() / (n - 1.0)
-        } else {
-            0.0
-        };
-        (mean, var.sqrt())
-    };
+    let stat = |f: fn(&FoldResult) -> f64| stat_by(folds, f);
     let (rm, rs) = stat(|x| x.rmse);
     let (mm, ms) = stat(|x| x.mae);
     let (tm, ts) = stat(|x| x.train_seconds);
+    let rank = |f: fn(&RankingMetrics) -> f64| {
+        move |x: &FoldResult| x.ranking.as_ref().map(f).unwrap_or(f64::NAN)
+    };
+    let (pm, ps) = stat_by(folds, rank(|m| m.precision));
+    let (cm, cs) = stat_by(folds, rank(|m| m.recall));
+    let (nm, ns) = stat_by(folds, rank(|m| m.ndcg));
+    let (vm, vs) = stat_by(folds, rank(|m| m.coverage));
+    let (qm, qs) = stat_by(folds, rank(|m| m.mean_popularity));
     (
         Summary {
             rmse: rm,
             mae: mm,
             train_seconds: tm,
+            precision: pm,
+            recall: cm,
+            ndcg: nm,
+            coverage: vm,
+            mean_popularity: qm,
         },
         Summary {
             rmse: rs,
             mae: ms,
             train_seconds: ts,
+            precision: ps,
+            recall: cs,
+            ndcg: ns,
+            coverage: vs,
+            mean_popularity: qs,
         },
     )
 }
 
+/// Mean and sample standard deviation of `f` over the folds (NaN propagates).
+fn stat_by(folds: &[FoldResult], f: impl Fn(&FoldResult) -> f64) -> (f64, f64) {
+    let n = folds.len() as f64;
+    let mean = folds.iter().map(&f).sum::<f64>() / n.max(1.0);
+    let var = if folds.len() > 1 {
+        folds.iter().map(|x| (f(x) - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
 /// Evaluates `trainer` on every fold in turn; `on_fold` is called after each (progress).
+#[allow(clippy::too_many_arguments)]
 pub fn cross_validate(
     trainer: &dyn Trainer,
     label: &str,
@@ -169,11 +255,12 @@ pub fn cross_validate(
     scale: RatingScale,
     seed: u64,
     sweep: Option<SweepPoint>,
+    ranking: Option<&RankingConfig>,
     mut on_fold: impl FnMut(&FoldResult),
 ) -> Result<RunReport, TrainError> {
     let mut results = Vec::with_capacity(folds.len());
     for (k, fold) in folds.iter().enumerate() {
-        let r = evaluate_fold(trainer, fold, scale, fold_seed(seed, k))?;
+        let r = evaluate_fold_with(trainer, fold, scale, fold_seed(seed, k), ranking)?;
         on_fold(&r);
         results.push(r);
     }
@@ -209,6 +296,7 @@ mod tests {
             fold: String::new(),
             rmse,
             mae: 0.0,
+            ranking: None,
             train_seconds: 1.0,
             prep_seconds: 0.0,
             n_train: 0,

@@ -1,12 +1,54 @@
-//! SVG plots of evaluation reports: RMSE (mean over folds, with +-1 sd bars) against the
-//! swept parameter, one line per trainer; without a sweep, RMSE per fold.
+//! SVG plots of evaluation reports: a metric (RMSE, NDCG@k, precision@k, recall@k; mean
+//! over folds, with +-1 sd bars) against the swept parameter, one line per trainer;
+//! without a sweep, the metric per fold. Runs without the metric (NaN, e.g. RMSE of a
+//! model that only ranks) are left out of the plot.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::RunReport;
+use super::{FoldResult, RunReport, Summary};
+
+/// The figure a plot shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metric {
+    Rmse,
+    Ndcg,
+    Precision,
+    Recall,
+}
+
+impl Metric {
+    fn of_summary(self, s: &Summary) -> f64 {
+        match self {
+            Metric::Rmse => s.rmse,
+            Metric::Ndcg => s.ndcg,
+            Metric::Precision => s.precision,
+            Metric::Recall => s.recall,
+        }
+    }
+
+    fn of_fold(self, f: &FoldResult) -> f64 {
+        let rank = |g: fn(&super::RankingMetrics) -> f64| f.ranking.as_ref().map(g);
+        match self {
+            Metric::Rmse => f.rmse,
+            Metric::Ndcg => rank(|m| m.ndcg).unwrap_or(f64::NAN),
+            Metric::Precision => rank(|m| m.precision).unwrap_or(f64::NAN),
+            Metric::Recall => rank(|m| m.recall).unwrap_or(f64::NAN),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Metric::Rmse => "test RMSE",
+            Metric::Ndcg => "NDCG@10",
+            Metric::Precision => "precision@10",
+            Metric::Recall => "recall@10",
+        }
+    }
+}
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -21,13 +63,24 @@ const COLORS: [RGBColor; 6] = [
 type Series = (String, Vec<(f64, f64, f64)>);
 
 /// Writes an SVG plot of `runs` to `path`.
-pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result<()> {
+pub fn write_svg(
+    runs: &[RunReport],
+    title: &str,
+    path: &Path,
+    metric: Metric,
+) -> anyhow::Result<()> {
+    let with_metric: Vec<RunReport> = runs
+        .iter()
+        .filter(|r| metric.of_summary(&r.mean).is_finite())
+        .cloned()
+        .collect();
+    let runs = with_metric.as_slice();
     let swept = runs
         .iter()
         .find_map(|r| r.sweep.as_ref().map(|s| s.param.clone()));
     let (x_label, mut series) = match &swept {
-        Some(param) => (param.clone(), sweep_series(runs)),
-        None => ("fold".to_owned(), fold_series(runs)),
+        Some(param) => (param.clone(), sweep_series(runs, metric)),
+        None => ("fold".to_owned(), fold_series(runs, metric)),
     };
     // In a sweep, runs without the swept parameter (e.g. non-private baselines) are
     // reference lines drawn flat across the swept range.
@@ -40,7 +93,10 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
         for r in runs.iter().filter(|r| r.sweep.is_none()) {
             series.push((
                 format!("{} (reference)", r.label),
-                vec![(lo, r.mean.rmse, 0.0), (hi, r.mean.rmse, 0.0)],
+                vec![
+                    (lo, metric.of_summary(&r.mean), 0.0),
+                    (hi, metric.of_summary(&r.mean), 0.0),
+                ],
             ));
         }
     }
@@ -71,7 +127,7 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
         chart
             .configure_mesh()
             .x_desc(format!("{x_label} (log scale)"))
-            .y_desc("test RMSE (mean ± sd over folds)")
+            .y_desc(format!("{} (mean ± sd over folds)", metric.label()))
             .x_labels(10)
             .x_label_formatter(&|x| short_number(*x))
             .draw()?;
@@ -94,9 +150,9 @@ pub fn write_svg(runs: &[RunReport], title: &str, path: &Path) -> anyhow::Result
         let mut mesh = chart.configure_mesh();
         mesh.x_desc(x_label);
         if swept.is_some() {
-            mesh.y_desc("test RMSE (mean ± sd over folds)");
+            mesh.y_desc(format!("{} (mean ± sd over folds)", metric.label()));
         } else {
-            mesh.y_desc("test RMSE")
+            mesh.y_desc(metric.label())
                 .x_labels(fold_names.len() * 2 + 3)
                 .x_label_formatter(&fold_label);
         }
@@ -153,14 +209,15 @@ where
 }
 
 /// One series per trainer (with its non-swept parameters), x = swept value.
-fn sweep_series(runs: &[RunReport]) -> Vec<Series> {
+fn sweep_series(runs: &[RunReport], metric: Metric) -> Vec<Series> {
     let mut by_label: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
     for r in runs {
         let Some(s) = &r.sweep else { continue };
-        by_label
-            .entry(r.label.clone())
-            .or_default()
-            .push((s.value, r.mean.rmse, r.std.rmse));
+        by_label.entry(r.label.clone()).or_default().push((
+            s.value,
+            metric.of_summary(&r.mean),
+            metric.of_summary(&r.std),
+        ));
     }
     by_label
         .into_iter()
@@ -172,14 +229,14 @@ fn sweep_series(runs: &[RunReport]) -> Vec<Series> {
 }
 
 /// One series per run, x = fold number.
-fn fold_series(runs: &[RunReport]) -> Vec<Series> {
+fn fold_series(runs: &[RunReport], metric: Metric) -> Vec<Series> {
     runs.iter()
         .map(|r| {
             let pts = r
                 .folds
                 .iter()
                 .enumerate()
-                .map(|(k, f)| ((k + 1) as f64, f.rmse, 0.0))
+                .map(|(k, f)| ((k + 1) as f64, metric.of_fold(f), 0.0))
                 .collect();
             (r.label.clone(), pts)
         })

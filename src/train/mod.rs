@@ -9,14 +9,18 @@ pub mod baseline;
 pub mod charges;
 pub mod dp_alt;
 pub mod dp_stats;
+pub mod dp_topn;
 pub mod gaussian_mf;
+pub mod item_ranker;
 pub mod linalg;
 pub mod model;
 pub mod objpert;
 pub mod params;
 pub mod ranker;
+pub mod references;
 pub mod sgd;
 pub mod ssp;
+pub mod sym_eigen;
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
@@ -143,6 +147,10 @@ const fn proof(doc: &'static str, noise_scale_test: &'static str) -> Option<Proo
 #[rustfmt::skip]
 pub const TRAINERS: &[TrainerEntry] = &[
     TrainerEntry { name: "dp-alt", about: "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven", build: |p| boxed(dp_alt::DpAlt::from_params(p)), proof: proof("docs/privacy/dp-alt.md", "unrated_item_noise_has_the_per_round_scale") },
+    TrainerEntry { name: "dp-topn", about: "top-N: DP counts -> DP-popular candidates -> DP Gram of norm-clipped user rows -> PureSVD (or EASE) item model; user-level Gaussian from the release plan + RSM per rating; proven", build: |p| boxed(dp_topn::DpTopN::from_params(p)), proof: proof("docs/privacy/dp-topn.md", "gram_and_count_noise_have_the_planned_scale") },
+    TrainerEntry { name: "dp-popularity", about: "most popular by DP counts (dp-topn's count step with the whole budget; reference); proven", build: |p| boxed(references::DpPopularity::from_params(p)), proof: proof("docs/privacy/dp-topn.md", "gram_and_count_noise_have_the_planned_scale") },
+    TrainerEntry { name: "popularity", about: "most popular by exact training counts (non-private reference)", build: |p| boxed(references::Popularity::from_params(p)), proof: None },
+    TrainerEntry { name: "ease", about: "EASE item-item closed form on the exact Gram (non-private reference, Steck 2019)", build: |p| boxed(references::Ease::from_params(p)), proof: None },
     TrainerEntry { name: "baseline", about: "global mean + regularised user and item biases (non-private)", build: |p| boxed(baseline::Baseline::from_params(p)), proof: None },
     TrainerEntry { name: "sgd-mf", about: "biased matrix factorization by SGD, Funk-SVD style (non-private)", build: |p| boxed(sgd::SgdMf::from_params(p)), proof: None },
     TrainerEntry { name: "als-mf", about: "biased matrix factorization by alternating least squares (non-private)", build: |p| boxed(als::AlsMf::from_params(p)), proof: None },

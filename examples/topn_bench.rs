@@ -1,0 +1,170 @@
+//! One `dp-topn` release on a synthetic preset: speed (time, peak RSS) and, with
+//! `--quality`, ranking quality against `dp-popularity` at the same plan.
+//!
+//! ```text
+//! cargo run --release --example topn_bench -- --preset ml20m [--scale N] [--quality]
+//!     [--releases 52] [--eps 10] [--param key=value ...] [--rank-users 5000] [--seed 42]
+//! ```
+//!
+//! Speed: generate the preset, build the sparse views, then time `Trainer::fit` of
+//! `dp-topn` (default plan unless overridden) on all ratings. Quality: a seeded 80/20
+//! split of the ratings (every rating independently), `dp-topn` and `dp-popularity`
+//! fitted on the 80%, ranking metrics (`eval::ranking_metrics`, relevant = held-out
+//! rating >= 4) on an evenly spaced subset of `--rank-users` test users.
+
+use std::time::Instant;
+
+use dprec::data::synthetic::{self, SyntheticConfig};
+use dprec::data::{Interactions, Ratings};
+use dprec::eval::{ranking_metrics, RankingConfig};
+use dprec::train::{self, Params, Ranker, TrainData};
+use rand::Rng;
+
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l["VmHWM:".len()..].trim().to_owned())
+        })
+        .unwrap_or_else(|| "unavailable".into())
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut preset = "ml20m".to_owned();
+    let mut seed = 42u64;
+    let mut scale: Option<usize> = None;
+    let mut quality = false;
+    let mut params: Vec<String> = Vec::new();
+    let mut rank_users = 5000usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--preset" => preset = args.next().unwrap_or_default(),
+            "--seed" => seed = args.next().unwrap_or_default().parse()?,
+            "--scale" => scale = Some(args.next().unwrap_or_default().parse()?),
+            "--quality" => quality = true,
+            "--releases" => params.push(format!("releases={}", args.next().unwrap_or_default())),
+            "--eps" => params.push(format!("eps={}", args.next().unwrap_or_default())),
+            "--param" => params.push(args.next().unwrap_or_default()),
+            "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
+            other => anyhow::bail!(
+                "unknown argument {other:?} (--preset ml20m|ml100k, --scale N, --quality, \
+                 --releases N, --eps X, --param k=v, --rank-users N, --seed N)"
+            ),
+        }
+    }
+    let mut cfg = match preset.as_str() {
+        "ml20m" => SyntheticConfig::movielens_20m_like(),
+        "ml100k" => SyntheticConfig::movielens_100k_like(),
+        other => anyhow::bail!("unknown preset {other:?} (ml20m or ml100k)"),
+    };
+    if let Some(n) = scale {
+        cfg = cfg.scaled(n);
+    }
+    cfg.seed = seed;
+    println!(
+        "preset {preset}: {} users, {} items, {} ratings, seed {}, {} threads, params {:?}",
+        cfg.n_users,
+        cfg.n_items,
+        cfg.n_ratings,
+        cfg.seed,
+        rayon::current_num_threads(),
+        params
+    );
+    let t = Instant::now();
+    let data = synthetic::generate(&cfg)?;
+    println!("generate:      {:8.2} s", t.elapsed().as_secs_f64());
+    let all = data.ratings;
+    let p = Params::parse(&params)?;
+    let trainer = train::build("dp-topn", &p)?;
+    println!("dp-topn params: {}", trainer.params());
+
+    if !quality {
+        let t = Instant::now();
+        let m = Interactions::new(&all);
+        println!("interactions:  {:8.2} s", t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let fitted = trainer.fit(
+            &TrainData::new(&all, &m, data.scale),
+            &mut dprec::rng::seeded(seed),
+        )?;
+        let secs = t.elapsed().as_secs_f64();
+        let k = fitted
+            .ranker
+            .as_ref()
+            .map(|r| {
+                let mut s = vec![0.0; r.n_items()];
+                r.score_items(None, &[], &mut s);
+                s.iter().filter(|x| x.is_finite()).count()
+            })
+            .unwrap_or(0);
+        println!(
+            "dp-topn fit:   {secs:8.2} s  ({} ratings, {k} candidates, {} users charged)",
+            all.len(),
+            fitted.charges.users.len()
+        );
+        println!("peak RSS (VmHWM): {}", peak_rss());
+        return Ok(());
+    }
+
+    // Seeded 80/20 split.
+    let mut rng = dprec::rng::seeded(seed ^ 0x5eed);
+    let (mut train_r, mut test_r) = (
+        Ratings::with_dims(all.n_users, all.n_items),
+        Ratings::with_dims(all.n_users, all.n_items),
+    );
+    for k in 0..all.len() {
+        let dst = if rng.random::<f64>() < 0.8 {
+            &mut train_r
+        } else {
+            &mut test_r
+        };
+        dst.push(all.users[k], all.items[k], all.values[k]);
+    }
+    drop(all);
+    let m = Interactions::new(&train_r);
+    let cfg_rank = RankingConfig {
+        max_users: Some(rank_users),
+        ..RankingConfig::default()
+    };
+    let mut pop_params: Vec<String> = params
+        .iter()
+        .filter(|s| s.starts_with("releases=") || s.starts_with("eps="))
+        .cloned()
+        .collect();
+    // dp-popularity defaults to one release at eps 5; give it dp-topn's plan.
+    for (key, default) in [("releases", "52"), ("eps", "10")] {
+        if !pop_params.iter().any(|s| s.starts_with(key)) {
+            pop_params.push(format!("{key}={default}"));
+        }
+    }
+    for (name, tp) in [("dp-topn", params.clone()), ("dp-popularity", pop_params)] {
+        let t = train::build(name, &Params::parse(&tp)?)?;
+        let start = Instant::now();
+        let fitted = t.fit(
+            &TrainData::new(&train_r, &m, data.scale),
+            &mut dprec::rng::seeded(seed),
+        )?;
+        let fit_s = start.elapsed().as_secs_f64();
+        let ranker: &dyn Ranker = match &fitted.ranker {
+            Some(r) => r.as_ref(),
+            None => &fitted.model,
+        };
+        let start = Instant::now();
+        let q = ranking_metrics(ranker, &m, &test_r, &cfg_rank);
+        println!(
+            "{name:<14} {tp:?}: NDCG@10 {:.4}  P@10 {:.4}  R@10 {:.4}  coverage {:.4}  mean pop {:.0}  ({} users; fit {fit_s:.2} s, rank {:.2} s)",
+            q.ndcg,
+            q.precision,
+            q.recall,
+            q.coverage,
+            q.mean_popularity,
+            q.users,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    println!("peak RSS (VmHWM): {}", peak_rss());
+    Ok(())
+}

@@ -1,0 +1,925 @@
+//! `dp-topn`: the DP top-N trainer (DESIGN 5, issue 13). Proof and parameters:
+//! docs/privacy/dp-topn.md.
+//!
+//! One release, pure (no I/O), every parameter public (configuration and release plan):
+//! 1. Noise from the plan, before any data is seen: the per-release user-level noise
+//!    multiplier `z` is calibrated through the accountant so that `releases` Gaussian
+//!    releases compose to `(eps_u, delta_u)` ([`ReleasePlan::noise_multiplier`]); the
+//!    count step gets `z_c = z / sqrt(count_share)`, the Gram step
+//!    `z_g = z / sqrt(1 - count_share)` (two Gaussians compose to one of multiplier `z`).
+//! 2. Rating level (PDP): each rating `r` with release budget `b_r > 0` is kept with the
+//!    RSM probability `pi_r`, the largest rate at which the Poisson-subsampled Gaussian of
+//!    the rating-level multiplier `z_r` ([`rating_multiplier`]) costs at most `b_r` at
+//!    the public `delta_r` ([`rsm_rate`]); the rating is charged that eps.
+//! 3. User level: of the kept ratings, at most `cap` per user (a uniformly random subset:
+//!    a public rule). The user's binary row `y_u` is clipped to L2 norm `count_clip`
+//!    for the counts and, restricted to the candidates, to `gram_clip` for the Gram.
+//! 4. DP counts: `sum_u clip(y_u)` + N(0, (z_c count_clip)^2) on every item.
+//! 5. Candidates: items whose noisy count is at least `threshold` count-noise standard
+//!    deviations, the `k` largest (post-processing of step 4).
+//! 6. DP Gram over the candidates: `sum_u x_u x_u^T` with `||x_u|| <= gram_clip`, plus
+//!    symmetric Gaussian noise N(0, (z_g gram_clip^2)^2) on the upper triangle.
+//! 7. Post-processing: the top-`d` eigenvectors `V` of the noisy Gram (`solver=svd`,
+//!    scores `x_u V V^T`, PureSVD) or the EASE solve `B = I - P / diag(P)`,
+//!    `P = (G + lambda I)^-1` (`solver=ease`, scores `x_u B`); published with the DP
+//!    counts (popularity fallback and the `pop_weight` shrinkage).
+//!
+//! Charges: every user with an offered rating gets `Gaussian { z, 1 }` at user level
+//! (the release's planned event); every offered rating its RSM-amplified eps at
+//! `delta_r` ([`ReleaseCharges::ratings`]). The noise-scale test is
+//! `dp_topn::tests::gram_and_count_noise_have_the_planned_scale`.
+
+use std::collections::HashMap;
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rayon::prelude::*;
+
+use super::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges, UserCharge,
+};
+use super::gaussian_mf::calibrate_noise_multiplier;
+use super::item_ranker::{ItemRanker, ItemScorer};
+use super::sym_eigen::{spd_inverse, top_eigen};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use crate::privacy::continuous::gaussian;
+use crate::rng::DpRng;
+
+fn numerical(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Numerical(e.to_string())
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
+    TrainError::Param(super::ParamError::Invalid {
+        key: key.to_owned(),
+        reason: reason.into(),
+    })
+}
+
+/// A user's lifetime plan: `releases` releases inside `(eps_u, delta_u)`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ReleasePlan {
+    pub eps_u: f64,
+    pub delta_u: f64,
+    pub releases: u64,
+}
+
+impl ReleasePlan {
+    /// The per-release Gaussian noise multiplier `z` for which `releases` compositions
+    /// give exactly `eps_u` at `delta_u` through the accountant (its eps is `<= eps_u`).
+    pub fn noise_multiplier(&self) -> Result<f64, TrainError> {
+        calibrate_noise_multiplier(self.eps_u, self.delta_u, self.releases)
+    }
+}
+
+/// Per-user contribution bounds, public and fixed before data.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Contribution {
+    /// At most this many ratings per user enter a release (uniformly random subset).
+    pub cap: usize,
+    /// L2 bound of a user's count row.
+    pub count_clip: f64,
+    /// L2 bound of a user's Gram row (over the candidates).
+    pub gram_clip: f64,
+}
+
+/// Rating-level (add/remove one rating) Gaussian multiplier of the count + Gram release
+/// at full participation. Removing a kept rating changes the user's capped binary row by
+/// at most `sqrt 2` in L2 (the rating leaves and, when the user was over the cap, one
+/// other rating takes its place); clipping (projection on a ball) is 1-Lipschitz, so the
+/// count row moves by `<= min(sqrt 2, 2 count_clip)` and the Gram term
+/// `x x^T - x' x'^T` by `<= min(sqrt 2 gram_clip^2, 2 sqrt 2 gram_clip)` in Frobenius
+/// norm (`sqrt(|x|^4 + |x'|^4)`, resp. `(|x| + |x'|) |x - x'|`). The two Gaussian
+/// releases compose to one Gaussian whose multiplier is returned.
+pub fn rating_multiplier(z_c: f64, z_g: f64, c: &Contribution) -> f64 {
+    let s2 = std::f64::consts::SQRT_2;
+    let dc = s2.min(2.0 * c.count_clip);
+    let dg = (s2 * c.gram_clip * c.gram_clip).min(2.0 * s2 * c.gram_clip);
+    let zc_r = z_c * c.count_clip / dc;
+    let zg_r = z_g * c.gram_clip * c.gram_clip / dg;
+    1.0 / (1.0 / (zc_r * zc_r) + 1.0 / (zg_r * zg_r)).sqrt()
+}
+
+/// eps at `delta_r` of one rating's participation at RSM rate `q` in a release whose
+/// rating-level multiplier is `z_r` (Poisson-subsampled Gaussian, accountant).
+pub fn rating_eps(q: f64, z_r: f64, delta_r: f64) -> Result<f64, TrainError> {
+    if q <= 0.0 {
+        return Ok(0.0);
+    }
+    let event = if q >= 1.0 {
+        PrivacyEvent::gaussian(z_r, 1)
+    } else {
+        PrivacyEvent::poisson_subsampled_gaussian(q, z_r, 1)
+    }
+    .map_err(numerical)?;
+    let curve = compose_events(&[event], &default_orders()).map_err(numerical)?;
+    Ok(eps_from_rdp(&curve, delta_r).map_err(numerical)?.eps)
+}
+
+/// The RSM rate of a rating with release budget `budget` (eps at `delta_r`): 1 when full
+/// participation fits, else the largest `q` (bisection, 40 halvings) whose cost fits.
+/// Returns `(q, charged eps)`, with `charged <= budget`.
+pub fn rsm_rate(budget: f64, z_r: f64, delta_r: f64) -> Result<(f64, f64), TrainError> {
+    if !(budget > 0.0) {
+        return Ok((0.0, 0.0));
+    }
+    let full = rating_eps(1.0, z_r, delta_r)?;
+    if full <= budget {
+        return Ok((1.0, full));
+    }
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..40 {
+        let mid = 0.5 * (lo + hi);
+        if rating_eps(mid, z_r, delta_r)? <= budget {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo <= 0.0 {
+        return Ok((0.0, 0.0));
+    }
+    Ok((lo, rating_eps(lo, z_r, delta_r)?))
+}
+
+/// The ratings a release uses: per user, the sampled item indices, and for every rating
+/// its RSM rate and charge.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Per user: the kept, capped items.
+    pub rows: Vec<Vec<u32>>,
+    /// Per rating position: the eps charged (0 when not offered).
+    pub charges: Vec<f64>,
+    /// Users with at least one offered rating (charged at user level).
+    pub offered_users: Vec<bool>,
+}
+
+/// RSM sampling by the ratings' budgets, then the per-user cap (uniform random subset).
+pub fn sample_ratings(
+    data: &TrainData<'_>,
+    budgets: &[f64],
+    z_r: f64,
+    delta_r: f64,
+    cap: usize,
+    rng: &mut DpRng,
+) -> Result<Sample, TrainError> {
+    let m = data.matrix;
+    let mut rates: HashMap<u64, (f64, f64)> = HashMap::new();
+    let mut charges = vec![0.0; data.ratings.len()];
+    let mut offered_users = vec![false; m.n_users];
+    let mut rows = vec![Vec::new(); m.n_users];
+    for (u, row) in rows.iter_mut().enumerate() {
+        let (items, _) = m.by_user.row(u);
+        let src = m.by_user.row_source(u);
+        for (&j, &pos) in items.iter().zip(src) {
+            let b = budgets[pos as usize];
+            if !(b > 0.0) {
+                continue;
+            }
+            offered_users[u] = true;
+            let (q, eps) = match rates.get(&b.to_bits()) {
+                Some(&x) => x,
+                None => {
+                    let x = rsm_rate(b, z_r, delta_r)?;
+                    rates.insert(b.to_bits(), x);
+                    x
+                }
+            };
+            charges[pos as usize] = eps;
+            if q >= 1.0 || rng.random::<f64>() < q {
+                row.push(j);
+            }
+        }
+        if row.len() > cap {
+            row.partial_shuffle(rng, cap);
+            row.truncate(cap);
+        }
+    }
+    Ok(Sample {
+        rows,
+        charges,
+        offered_users,
+    })
+}
+
+/// `sum_u clip(y_u)` over all items (binary rows clipped to L2 norm `clip`), plus
+/// N(0, sigma^2) on every item.
+pub fn noisy_counts(
+    rows: &[Vec<u32>],
+    n_items: usize,
+    clip: f64,
+    sigma: f64,
+    rng: &mut DpRng,
+) -> Result<Vec<f64>, TrainError> {
+    let mut counts = vec![0.0; n_items];
+    for row in rows {
+        if row.is_empty() {
+            continue;
+        }
+        let w = (clip / (row.len() as f64).sqrt()).min(1.0);
+        for &j in row {
+            counts[j as usize] += w;
+        }
+    }
+    for c in counts.iter_mut() {
+        *c += gaussian(sigma, rng).map_err(numerical)?;
+    }
+    Ok(counts)
+}
+
+/// Candidates: items with a noisy count `>= min_count`, the `k` largest (ties to the
+/// smaller index), in descending order of noisy count.
+pub fn select_candidates(noisy: &[f64], min_count: f64, k: usize) -> Vec<u32> {
+    let mut c: Vec<u32> = (0..noisy.len() as u32)
+        .filter(|&j| noisy[j as usize] >= min_count)
+        .collect();
+    c.sort_by(|&a, &b| {
+        noisy[b as usize]
+            .total_cmp(&noisy[a as usize])
+            .then(a.cmp(&b))
+    });
+    c.truncate(k);
+    c
+}
+
+/// The exact (noise-free) Gram `sum_u x_u x_u^T` over `candidates`, row-major `K x K`,
+/// with `x_u` the user's binary row restricted to the candidates and clipped to L2 norm
+/// `clip`.
+pub fn gram(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) -> Vec<f64> {
+    let k = candidates.len();
+    let mut pos = vec![u32::MAX; n_items];
+    for (a, &j) in candidates.iter().enumerate() {
+        pos[j as usize] = a as u32;
+    }
+    let upper = rows
+        .par_chunks(512)
+        .fold(
+            || vec![0.0f64; k * k],
+            |mut acc, chunk| {
+                let mut p: Vec<usize> = Vec::new();
+                for row in chunk {
+                    p.clear();
+                    p.extend(
+                        row.iter()
+                            .map(|&j| pos[j as usize])
+                            .filter(|&a| a != u32::MAX)
+                            .map(|a| a as usize),
+                    );
+                    if p.is_empty() {
+                        continue;
+                    }
+                    p.sort_unstable();
+                    let w = (clip / (p.len() as f64).sqrt()).min(1.0);
+                    let w2 = w * w;
+                    for (i, &a) in p.iter().enumerate() {
+                        let base = a * k;
+                        for &b in &p[i..] {
+                            acc[base + b] += w2;
+                        }
+                    }
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![0.0f64; k * k],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    let mut g = upper;
+    for a in 0..k {
+        for b in 0..a {
+            g[a * k + b] = g[b * k + a];
+        }
+    }
+    g
+}
+
+/// Adds symmetric Gaussian noise: N(0, sigma^2) on each upper-triangle entry (diagonal
+/// included), mirrored below.
+pub fn add_symmetric_noise(
+    g: &mut [f64],
+    k: usize,
+    sigma: f64,
+    rng: &mut DpRng,
+) -> Result<(), TrainError> {
+    for a in 0..k {
+        for b in a..k {
+            let e = gaussian(sigma, rng).map_err(numerical)?;
+            g[a * k + b] += e;
+            if a != b {
+                g[b * k + a] += e;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How the released Gram becomes item scores (post-processing).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "solver")]
+pub enum Solver {
+    /// Top-`d` eigenvectors (PureSVD on the DP Gram).
+    Svd { d: usize },
+    /// EASE closed form with ridge `lambda`.
+    Ease { lambda: f64 },
+}
+
+/// Hyper-parameters of `dp-topn` (all public).
+#[derive(Debug, Clone)]
+pub struct DpTopN {
+    pub plan: ReleasePlan,
+    /// Share of the release's user-level RDP spent on the counts.
+    pub count_share: f64,
+    pub contribution: Contribution,
+    /// At most this many candidates.
+    pub k: usize,
+    /// A candidate's noisy count must reach this many count-noise standard deviations.
+    pub threshold: f64,
+    pub solver: Solver,
+    /// Weight of the normalised DP popularity added to the personal scores.
+    pub pop_weight: f64,
+    /// Public delta at which rating-level RDP is converted to the eps charged.
+    pub delta_r: f64,
+    /// Per-rating budget of the release when the ledger gives none; `None`: every rating
+    /// takes full part and is charged what that costs.
+    pub eps_r: Option<f64>,
+}
+
+impl Default for DpTopN {
+    fn default() -> Self {
+        Self {
+            plan: ReleasePlan {
+                eps_u: 10.0,
+                delta_u: 1e-6,
+                releases: 52,
+            },
+            count_share: 0.2,
+            contribution: Contribution {
+                cap: 256,
+                count_clip: 8.0,
+                gram_clip: 1.0,
+            },
+            k: 200,
+            threshold: 3.0,
+            solver: Solver::Svd { d: 6 },
+            pop_weight: 0.0,
+            delta_r: 1e-6,
+            eps_r: None,
+        }
+    }
+}
+
+/// What one release computed before post-processing (kept for tests and the service).
+#[derive(Debug, Clone)]
+pub struct GramRelease {
+    pub noisy_counts: Vec<f64>,
+    pub candidates: Vec<u32>,
+    /// Noisy Gram over `candidates`, row-major `K x K`.
+    pub gram: Vec<f64>,
+    pub charges: ReleaseCharges,
+    /// Noise standard deviations actually used (counts, Gram entries).
+    pub sigma_count: f64,
+    pub sigma_gram: f64,
+}
+
+impl DpTopN {
+    pub fn from_params(p: &Params) -> Result<Self, TrainError> {
+        let d = Self::default();
+        let solver = match p.get_str("solver").unwrap_or("svd") {
+            "svd" => Solver::Svd {
+                d: p.usize_in("d", 6, 1, 512)?,
+            },
+            "ease" => Solver::Ease {
+                lambda: p.positive("lambda", 100.0)?,
+            },
+            other => return Err(invalid("solver", format!("{other:?} is not svd or ease"))),
+        };
+        // Read both solver keys so either may be given (the unused one is ignored).
+        let _ = (p.get_str("d"), p.get_str("lambda"));
+        let eps_r = match p.get_str("eps_r") {
+            None | Some("none") => None,
+            Some(_) => Some(p.positive("eps_r", 1.0)?),
+        };
+        let t = Self {
+            plan: ReleasePlan {
+                eps_u: p.positive("eps", d.plan.eps_u)?,
+                delta_u: p.positive("delta", d.plan.delta_u)?,
+                releases: p.usize_in("releases", d.plan.releases as usize, 1, 1_000_000)? as u64,
+            },
+            count_share: p.positive("count_share", d.count_share)?,
+            contribution: Contribution {
+                cap: p.usize_in("cap", d.contribution.cap, 1, 1 << 24)?,
+                count_clip: p.positive("count_clip", d.contribution.count_clip)?,
+                gram_clip: p.positive("gram_clip", d.contribution.gram_clip)?,
+            },
+            k: p.usize_in("k", d.k, 1, 8192)?,
+            threshold: p.non_negative("threshold", d.threshold)?,
+            solver,
+            pop_weight: p.non_negative("pop_weight", d.pop_weight)?,
+            delta_r: p.positive("delta_r", d.delta_r)?,
+            eps_r,
+        };
+        p.reject_unknown("dp-topn")?;
+        if !(t.count_share < 1.0) {
+            return Err(invalid("count_share", "must be in (0, 1)"));
+        }
+        if !(t.plan.delta_u < 1.0 && t.delta_r < 1.0) {
+            return Err(invalid("delta", "must be in (0, 1)"));
+        }
+        Ok(t)
+    }
+
+    /// The per-release user-level multipliers `(z, z_c, z_g)` from the plan.
+    pub fn multipliers(&self) -> Result<(f64, f64, f64), TrainError> {
+        let z = self.plan.noise_multiplier()?;
+        Ok((
+            z,
+            z / self.count_share.sqrt(),
+            z / (1.0 - self.count_share).sqrt(),
+        ))
+    }
+
+    /// Steps 1-6: sample, DP counts, candidates, DP Gram, and the charges.
+    pub fn release(
+        &self,
+        data: &TrainData<'_>,
+        rng: &mut DpRng,
+    ) -> Result<GramRelease, TrainError> {
+        self.release_steps(data, rng, true)
+    }
+
+    /// Steps 1-4 only (DP popularity): the counts get the whole user-level budget, so
+    /// `count_share` must be 1; no candidates, no Gram.
+    pub fn release_counts_only(
+        &self,
+        data: &TrainData<'_>,
+        rng: &mut DpRng,
+    ) -> Result<GramRelease, TrainError> {
+        self.release_steps(data, rng, false)
+    }
+
+    fn release_steps(
+        &self,
+        data: &TrainData<'_>,
+        rng: &mut DpRng,
+        with_gram: bool,
+    ) -> Result<GramRelease, TrainError> {
+        let n = data.ratings.len();
+        if n == 0 {
+            return Err(TrainError::EmptyData);
+        }
+        let budgets: Vec<f64> = match (data.budgets, self.eps_r) {
+            (Some(b), _) => {
+                if b.len() != n {
+                    return Err(invalid(
+                        "budgets",
+                        format!("{} budgets for {n} ratings", b.len()),
+                    ));
+                }
+                b.to_vec()
+            }
+            (None, Some(e)) => vec![e; n],
+            (None, None) => vec![f64::INFINITY; n],
+        };
+        let (z, z_c, z_g) = self.multipliers()?;
+        if !with_gram && self.count_share != 1.0 {
+            return Err(invalid(
+                "count_share",
+                "a counts-only release spends it all (1)",
+            ));
+        }
+        let c = self.contribution;
+        // Without the Gram step its term vanishes (z_g = inf).
+        let z_r = rating_multiplier(z_c, if with_gram { z_g } else { f64::INFINITY }, &c);
+        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, rng)?;
+        let n_items = data.matrix.n_items;
+        let sigma_count = z_c * c.count_clip;
+        let noisy = noisy_counts(&sample.rows, n_items, c.count_clip, sigma_count, rng)?;
+        let (candidates, g, sigma_gram) = if with_gram {
+            let candidates = select_candidates(&noisy, self.threshold * sigma_count, self.k);
+            let sigma_gram = z_g * c.gram_clip * c.gram_clip;
+            let mut g = gram(&sample.rows, n_items, &candidates, c.gram_clip);
+            add_symmetric_noise(&mut g, candidates.len(), sigma_gram, rng)?;
+            (candidates, g, sigma_gram)
+        } else {
+            (Vec::new(), Vec::new(), f64::INFINITY)
+        };
+
+        let user_event = PrivacyEvent::gaussian(z, 1).map_err(numerical)?;
+        let params = serde_json::json!({
+            "plan": self.plan, "contribution": c, "count_share": self.count_share,
+            "z": z, "z_count": z_c, "z_gram": z_g, "sigma_count": sigma_count,
+            "sigma_gram": sigma_gram, "k": self.k, "threshold_sd": self.threshold,
+            "rating_multiplier": z_r, "delta_r": self.delta_r,
+        });
+        let charges = ReleaseCharges {
+            mechanisms: vec![
+                MechanismRecord {
+                    name: if with_gram {
+                        "dp-topn-counts+gram"
+                    } else {
+                        "dp-topn-counts"
+                    }
+                    .into(),
+                    params: params.clone(),
+                    unit: PrivacyUnit::User,
+                    neighbour: Neighbour::AddRemove,
+                },
+                MechanismRecord {
+                    name: "dp-topn-rsm".into(),
+                    params,
+                    unit: PrivacyUnit::Rating,
+                    neighbour: Neighbour::AddRemove,
+                },
+            ],
+            ratings: sample
+                .charges
+                .iter()
+                .enumerate()
+                .filter(|(_, &e)| e > 0.0)
+                .map(|(position, &eps)| RatingCharge {
+                    position: position as u32,
+                    eps,
+                })
+                .collect(),
+            users: sample
+                .offered_users
+                .iter()
+                .enumerate()
+                .filter(|(_, &o)| o)
+                .map(|(u, _)| UserCharge {
+                    user: u as u32,
+                    event: user_event.clone(),
+                })
+                .collect(),
+        };
+        Ok(GramRelease {
+            noisy_counts: noisy,
+            candidates,
+            gram: g,
+            charges,
+            sigma_count,
+            sigma_gram,
+        })
+    }
+
+    /// Step 7 (post-processing): the published item-side ranker.
+    pub fn solve(&self, rel: &GramRelease, n_items: usize) -> Result<ItemRanker, TrainError> {
+        let k = rel.candidates.len();
+        let popularity: Vec<f64> = rel
+            .candidates
+            .iter()
+            .map(|&j| rel.noisy_counts[j as usize])
+            .collect();
+        let scorer = if k == 0 {
+            ItemScorer::Popularity
+        } else {
+            match self.solver {
+                Solver::Svd { d } => {
+                    // The Gram is PSD; its noise (a Wigner matrix of entry sd sigma) has
+                    // spectral norm ~ 2 sigma sqrt(K): shifting by more keeps the shifted
+                    // matrix PSD with high probability (only convergence speed depends on it).
+                    let shift = rel.sigma_gram * (2.0 * (k as f64).sqrt() + 6.0);
+                    let (_, v) = top_eigen(&rel.gram, k, d, shift);
+                    ItemScorer::Projection {
+                        d: d.min(k),
+                        factors: v,
+                    }
+                }
+                Solver::Ease { lambda } => ItemScorer::ItemItem {
+                    b: ease_weights(&rel.gram, k, lambda)?,
+                },
+            }
+        };
+        Ok(ItemRanker::new(
+            n_items,
+            rel.candidates.clone(),
+            popularity,
+            scorer,
+            self.pop_weight,
+        ))
+    }
+}
+
+/// EASE (Steck 2019): `B = I - P diag(1/diag P)`, `P = (G + lambda I)^-1`, zero diagonal.
+/// The ridge is raised until `G + lambda I` is positive definite (a noisy Gram may not be).
+pub fn ease_weights(g: &[f64], k: usize, lambda: f64) -> Result<Vec<f64>, TrainError> {
+    let mut lam = lambda;
+    for _ in 0..60 {
+        let mut a = g.to_vec();
+        for i in 0..k {
+            a[i * k + i] += lam;
+        }
+        if let Some(p) = spd_inverse(&a, k) {
+            let mut b = vec![0.0; k * k];
+            for i in 0..k {
+                for j in 0..k {
+                    b[i * k + j] = if i == j {
+                        0.0
+                    } else {
+                        -p[i * k + j] / p[j * k + j]
+                    };
+                }
+            }
+            return Ok(b);
+        }
+        lam *= 2.0;
+    }
+    Err(TrainError::Numerical(
+        "EASE: no ridge made the Gram positive definite".into(),
+    ))
+}
+
+/// The published arrays as a [`FactorModel`] (no users): item factors = the projection
+/// rows on candidates (zero elsewhere), item bias = DP count.
+fn item_side_model(r: &ItemRanker, data: &TrainData<'_>) -> FactorModel {
+    let d = match &r.scorer {
+        ItemScorer::Projection { d, .. } => *d,
+        _ => 0,
+    };
+    let mid = (data.scale.min + data.scale.max) / 2.0;
+    let mut m = FactorModel::zeros(0, r.n_items, d, mid, data.scale);
+    for (a, &j) in r.candidates.iter().enumerate() {
+        m.item_bias[j as usize] = r.popularity[a];
+        if let ItemScorer::Projection { factors, .. } = &r.scorer {
+            for c in 0..d {
+                m.item_factors[[j as usize, c]] = factors[a * d + c];
+            }
+        }
+    }
+    m
+}
+
+impl Trainer for DpTopN {
+    fn name(&self) -> &'static str {
+        "dp-topn"
+    }
+
+    fn params(&self) -> serde_json::Value {
+        let (solver_key, solver_val) = match self.solver {
+            Solver::Svd { d } => ("d", serde_json::json!(d)),
+            Solver::Ease { lambda } => ("lambda", serde_json::json!(lambda)),
+        };
+        let mut v = serde_json::json!({
+            "eps": self.plan.eps_u, "delta": self.plan.delta_u, "releases": self.plan.releases,
+            "count_share": self.count_share, "cap": self.contribution.cap,
+            "count_clip": self.contribution.count_clip, "gram_clip": self.contribution.gram_clip,
+            "k": self.k, "threshold": self.threshold,
+            "solver": match self.solver { Solver::Svd { .. } => "svd", Solver::Ease { .. } => "ease" },
+            "pop_weight": self.pop_weight, "delta_r": self.delta_r,
+            "eps_r": self.eps_r,
+        });
+        v[solver_key] = solver_val;
+        v
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::Proven
+    }
+
+    fn planned_user_event(&self) -> Option<PrivacyEvent> {
+        let z = self.plan.noise_multiplier().ok()?;
+        PrivacyEvent::gaussian(z, 1).ok()
+    }
+
+    fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
+        let rel = self.release(data, rng)?;
+        let ranker = self.solve(&rel, data.matrix.n_items)?;
+        let model = item_side_model(&ranker, data);
+        Ok(Fitted {
+            model,
+            charges: rel.charges,
+            guarantee: Guarantee::Proven,
+            ranker: Some(std::sync::Arc::new(ranker)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Interactions, RatingScale, Ratings};
+
+    fn synthetic(n_users: u32, n_items: u32, per_user: u32) -> Ratings {
+        let mut r = Ratings::with_dims(n_users as usize, n_items as usize);
+        for u in 0..n_users {
+            for t in 0..per_user {
+                // Two taste groups over a popularity-skewed catalogue.
+                let j = ((u % 2) * (n_items / 2) + (t * t + u) % (n_items / 2)) % n_items;
+                r.push(u, j, 4.0);
+            }
+        }
+        // Remove duplicates (keep the first of each user-item pair).
+        let mut seen = std::collections::HashSet::new();
+        let keep: Vec<usize> = (0..r.len())
+            .filter(|&k| seen.insert((r.users[k], r.items[k])))
+            .collect();
+        r.select(&keep)
+    }
+
+    fn trainer(params: &[&str]) -> DpTopN {
+        DpTopN::from_params(&Params::parse(params).unwrap()).unwrap()
+    }
+
+    /// The noise on the released counts and Gram has the standard deviation the plan
+    /// implies: z from the accountant for (eps_u, delta_u, releases), split by
+    /// count_share, times the clip bounds. Measured as the spread of (noisy - exact)
+    /// over the K(K+1)/2 Gram entries and the items. With ~20,000 Gram entries the
+    /// sample sd has relative sd ~0.5%, the counts' (2000 items) ~1.6%; the tolerances
+    /// (4%, 8%) are ~8 and ~5 sd (false failure < 1e-6 for a random seed; seed fixed).
+    /// A 10% wrong scale, a missing split or missing noise fails.
+    #[test]
+    fn gram_and_count_noise_have_the_planned_scale() {
+        let r = synthetic(300, 2000, 30);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&[
+            "eps=5",
+            "releases=1",
+            "k=200",
+            "threshold=0",
+            "count_clip=3",
+            "gram_clip=2",
+        ]);
+        let z = calibrate_noise_multiplier(5.0, 1e-6, 1).unwrap();
+        let (z_c, z_g) = (z / 0.2f64.sqrt(), z / 0.8f64.sqrt());
+        let mut rng = crate::rng::seeded(11);
+        let rel = t.release(&data, &mut rng).unwrap();
+        assert!((rel.sigma_count - z_c * 3.0).abs() < 1e-12);
+        assert!((rel.sigma_gram - z_g * 4.0).abs() < 1e-12);
+        // Exact statistics from the same sample: re-run the sampling with the same seed
+        // (the cap never binds here and eps_r is unset, so the sample is all ratings).
+        let rows: Vec<Vec<u32>> = (0..m.n_users)
+            .map(|u| m.by_user.row(u).0.to_vec())
+            .collect();
+        let exact = noisy_counts(&rows, 2000, 3.0, 1e-300, &mut crate::rng::seeded(0)).unwrap();
+        let sd = |d: &[f64]| (d.iter().map(|x| x * x).sum::<f64>() / d.len() as f64).sqrt();
+        let dc: Vec<f64> = rel
+            .noisy_counts
+            .iter()
+            .zip(&exact)
+            .map(|(a, b)| a - b)
+            .collect();
+        let got = sd(&dc) / (z_c * 3.0);
+        assert!((got - 1.0).abs() < 0.08, "count noise sd ratio {got}");
+        let k = rel.candidates.len();
+        assert_eq!(k, 200);
+        let g = gram(&rows, 2000, &rel.candidates, 2.0);
+        let dg: Vec<f64> = (0..k)
+            .flat_map(|a| (a..k).map(move |b| (a, b)))
+            .map(|(a, b)| rel.gram[a * k + b] - g[a * k + b])
+            .collect();
+        let got = sd(&dg) / (z_g * 4.0);
+        assert!((got - 1.0).abs() < 0.04, "gram noise sd ratio {got}");
+        // Symmetric.
+        assert!((0..k).all(|a| (0..k).all(|b| rel.gram[a * k + b] == rel.gram[b * k + a])));
+    }
+
+    /// A user with 10x the cap: the same user-level charge as a light user, its sampled
+    /// row has at most `cap` items, and its Gram contribution has Frobenius norm at most
+    /// gram_clip^2 (the sensitivity the noise is calibrated to).
+    #[test]
+    fn heavy_user_costs_the_same_and_moves_the_gram_by_at_most_the_bound() {
+        let cap = 20;
+        let mut r = synthetic(50, 400, 10);
+        let heavy = 50u32;
+        for j in 0..(10 * cap as u32) {
+            r.push(heavy, j, 5.0);
+        }
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&[
+            "eps=5",
+            "releases=1",
+            "cap=20",
+            "gram_clip=1.5",
+            "threshold=0",
+            "k=400",
+        ]);
+        let rel = t.release(&data, &mut crate::rng::seeded(3)).unwrap();
+        let ev = rel.charges.user_events();
+        assert_eq!(
+            ev[&heavy], ev[&0],
+            "heavy and light users are charged alike"
+        );
+        assert_eq!(ev[&heavy], vec![t.planned_user_event().unwrap()]);
+        let sample = sample_ratings(
+            &data,
+            &vec![f64::INFINITY; r.len()],
+            1.0,
+            1e-6,
+            cap,
+            &mut crate::rng::seeded(4),
+        )
+        .unwrap();
+        assert_eq!(sample.rows[heavy as usize].len(), cap);
+        // Gram with and without the heavy user, same candidates, no noise.
+        let all = gram(&sample.rows, 400, &rel.candidates, 1.5);
+        let mut without = sample.rows.clone();
+        without[heavy as usize].clear();
+        let g0 = gram(&without, 400, &rel.candidates, 1.5);
+        let frob = all
+            .iter()
+            .zip(&g0)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!(frob <= 1.5 * 1.5 + 1e-9, "moved by {frob}");
+        assert!(frob > 0.5, "the heavy user does count ({frob})");
+    }
+
+    #[test]
+    fn candidates_pass_the_threshold_and_the_k_limit() {
+        let noisy = [5.0, 1.0, 9.0, 3.0, 3.0, -2.0, 7.0];
+        assert_eq!(select_candidates(&noisy, 3.0, 10), vec![2, 6, 0, 3, 4]);
+        assert_eq!(select_candidates(&noisy, 3.0, 2), vec![2, 6]);
+        assert_eq!(select_candidates(&noisy, 100.0, 10), Vec::<u32>::new());
+        // In a release, the threshold is threshold * sigma_count: with a huge threshold
+        // nothing is a candidate and the ranker is popularity-only.
+        let r = synthetic(40, 100, 8);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["threshold=1000"]);
+        let rel = t.release(&data, &mut crate::rng::seeded(5)).unwrap();
+        assert!(rel.candidates.is_empty());
+        let t = trainer(&["threshold=0", "k=30", "eps=50", "releases=1"]);
+        let rel = t.release(&data, &mut crate::rng::seeded(5)).unwrap();
+        assert_eq!(rel.candidates.len(), 30);
+        let min_in = rel
+            .candidates
+            .iter()
+            .map(|&j| rel.noisy_counts[j as usize])
+            .fold(f64::INFINITY, f64::min);
+        let max_out = (0..100u32)
+            .filter(|j| !rel.candidates.contains(j))
+            .map(|j| rel.noisy_counts[j as usize])
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert!(min_in >= max_out);
+    }
+
+    /// RSM rates: a budget above the full-participation cost keeps the rating (rate 1,
+    /// charged the full cost); a smaller budget is met exactly from below; no budget, no
+    /// use and no charge.
+    #[test]
+    fn rating_budgets_are_honoured_by_rsm_rates() {
+        let z_r = 2.0;
+        let full = rating_eps(1.0, z_r, 1e-6).unwrap();
+        assert_eq!(rsm_rate(full * 2.0, z_r, 1e-6).unwrap(), (1.0, full));
+        let (q, eps) = rsm_rate(0.3, z_r, 1e-6).unwrap();
+        assert!(q > 0.0 && q < 1.0);
+        assert!(eps <= 0.3 && eps > 0.299, "{eps}");
+        assert_eq!(rsm_rate(0.0, z_r, 1e-6).unwrap(), (0.0, 0.0));
+        // In a release: every rating charged at most its budget.
+        let r = synthetic(30, 60, 6);
+        let m = Interactions::new(&r);
+        let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let budgets: Vec<f64> = (0..r.len()).map(|k| [0.0, 0.5, 100.0][k % 3]).collect();
+        data.budgets = Some(&budgets);
+        let rel = trainer(&[])
+            .release(&data, &mut crate::rng::seeded(6))
+            .unwrap();
+        let totals = rel.charges.rating_totals(r.len());
+        for (k, (&t, &b)) in totals.iter().zip(&budgets).enumerate() {
+            assert!(t <= b, "rating {k}: charged {t} > budget {b}");
+            assert_eq!(t > 0.0, b > 0.0, "rating {k}");
+        }
+    }
+
+    #[test]
+    fn rating_multiplier_uses_the_smaller_bound() {
+        let c = Contribution {
+            cap: 10,
+            count_clip: 8.0,
+            gram_clip: 1.0,
+        };
+        // counts: z_c * 8 / sqrt2; gram: z_g * 1 / sqrt2.
+        let (zc, zg) = (3.0f64, 1.0f64);
+        let want = 1.0 / ((2.0 / (64.0 * zc * zc)) + 2.0 / (zg * zg)).sqrt();
+        assert!((rating_multiplier(zc, zg, &c) - want).abs() < 1e-12);
+        let c = Contribution {
+            cap: 10,
+            count_clip: 0.5,
+            gram_clip: 4.0,
+        };
+        // counts: min(sqrt2, 1) = 1 -> z_c * 0.5; gram: min(16 sqrt2, 8 sqrt2) -> z_g * 16 / (8 sqrt2).
+        let want = 1.0
+            / (1.0 / (zc * 0.5).powi(2) + 1.0 / (zg * 16.0 / (8.0 * 2f64.sqrt())).powi(2)).sqrt();
+        assert!((rating_multiplier(zc, zg, &c) - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn planned_noise_follows_the_plan() {
+        let one = trainer(&["eps=5", "delta=1e-6", "releases=1"])
+            .multipliers()
+            .unwrap()
+            .0;
+        let year = trainer(&[]).multipliers().unwrap().0;
+        assert!(year > 3.0 * one, "{one} vs {year}");
+        let e = crate::train::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();
+        assert!(e <= 10.0 && e > 9.99, "{e}");
+    }
+}

@@ -1,0 +1,198 @@
+//! Item-side ranking models: popularity, a projection `x_u V V^T` (PureSVD form) and an
+//! item-item matrix `x_u B` (EASE form), each over a candidate set of items.
+//!
+//! A user's scores come from the published model and the user's OWN ratings (DESIGN 6):
+//! `x_u` is the user's binary row over the candidates, scaled to unit norm (the same
+//! normalisation the training rows get; the scale does not change a user's ranking but
+//! keeps the popularity term `pop_weight * pop_j / max pop` on a fixed footing).
+//! Items outside the candidate set score `-inf` (never listed); a user with no rated
+//! candidate is answered by popularity (the fallback). None of these models predicts a
+//! rating value.
+
+use serde::{Deserialize, Serialize};
+
+use super::Ranker;
+
+/// How candidate items are scored from the user's row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ItemScorer {
+    /// Popularity alone.
+    Popularity,
+    /// `x_u V V^T`; `factors` is row-major `K x d` (row `a` = candidate `a`).
+    Projection { d: usize, factors: Vec<f64> },
+    /// `x_u B`; `b` is row-major `K x K`.
+    ItemItem { b: Vec<f64> },
+}
+
+/// A published item-side model over `candidates` (catalogue indices).
+#[derive(Debug, Clone)]
+pub struct ItemRanker {
+    pub n_items: usize,
+    pub candidates: Vec<u32>,
+    /// Popularity of each candidate (DP counts for private models), aligned with
+    /// `candidates`.
+    pub popularity: Vec<f64>,
+    pub scorer: ItemScorer,
+    /// Weight of the normalised popularity added to every personalised score.
+    pub pop_weight: f64,
+    cand_pos: Vec<u32>,
+    pop_max: f64,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl ItemRanker {
+    pub fn new(
+        n_items: usize,
+        candidates: Vec<u32>,
+        popularity: Vec<f64>,
+        scorer: ItemScorer,
+        pop_weight: f64,
+    ) -> Self {
+        assert_eq!(
+            candidates.len(),
+            popularity.len(),
+            "one popularity per candidate"
+        );
+        let k = candidates.len();
+        match &scorer {
+            ItemScorer::Projection { d, factors } => assert_eq!(factors.len(), k * d),
+            ItemScorer::ItemItem { b } => assert_eq!(b.len(), k * k),
+            ItemScorer::Popularity => {}
+        }
+        let mut cand_pos = vec![NONE; n_items];
+        for (a, &j) in candidates.iter().enumerate() {
+            cand_pos[j as usize] = a as u32;
+        }
+        let pop_max = popularity.iter().copied().fold(0.0, f64::max);
+        Self {
+            n_items,
+            candidates,
+            popularity,
+            scorer,
+            pop_weight,
+            cand_pos,
+            pop_max: if pop_max > 0.0 { pop_max } else { 1.0 },
+        }
+    }
+
+    /// Candidate position of catalogue item `j`, if it is a candidate.
+    pub fn position(&self, j: usize) -> Option<usize> {
+        self.cand_pos
+            .get(j)
+            .copied()
+            .filter(|&p| p != NONE)
+            .map(|p| p as usize)
+    }
+
+    /// Candidate positions of the user's own rated items.
+    fn own_positions(&self, own: &[(usize, f64)]) -> Vec<usize> {
+        own.iter().filter_map(|&(j, _)| self.position(j)).collect()
+    }
+}
+
+impl Ranker for ItemRanker {
+    fn n_items(&self) -> usize {
+        self.n_items
+    }
+
+    fn score_items(&self, _user: Option<usize>, own: &[(usize, f64)], out: &mut [f64]) {
+        out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
+        let pos = self.own_positions(own);
+        let k = self.candidates.len();
+        let mut cand = vec![0.0; k];
+        let personal = !pos.is_empty() && !matches!(self.scorer, ItemScorer::Popularity);
+        if personal {
+            let w = 1.0 / (pos.len() as f64).sqrt();
+            match &self.scorer {
+                ItemScorer::Projection { d, factors } => {
+                    let d = *d;
+                    let mut p = vec![0.0; d];
+                    for &a in &pos {
+                        for (x, v) in p.iter_mut().zip(&factors[a * d..(a + 1) * d]) {
+                            *x += w * v;
+                        }
+                    }
+                    for (b, s) in cand.iter_mut().enumerate() {
+                        *s = factors[b * d..(b + 1) * d]
+                            .iter()
+                            .zip(&p)
+                            .map(|(v, x)| v * x)
+                            .sum();
+                    }
+                }
+                ItemScorer::ItemItem { b } => {
+                    for &a in &pos {
+                        for (s, x) in cand.iter_mut().zip(&b[a * k..(a + 1) * k]) {
+                            *s += w * x;
+                        }
+                    }
+                }
+                ItemScorer::Popularity => unreachable!("popularity is not personal"),
+            }
+            for (s, p) in cand.iter_mut().zip(&self.popularity) {
+                *s += self.pop_weight * p / self.pop_max;
+            }
+        } else {
+            cand.copy_from_slice(&self.popularity);
+        }
+        for (a, &j) in self.candidates.iter().enumerate() {
+            if let Some(o) = out.get_mut(j as usize) {
+                *o = cand[a];
+            }
+        }
+    }
+
+    fn predict(&self, _user: Option<usize>, _own: &[(usize, f64)], _item: usize) -> Option<f64> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projection_scores_from_own_row_and_falls_back_to_popularity() {
+        // Candidates 4 and 1 and 2 of a 5-item catalogue; d = 1, V = [1, 2, -1].
+        let r = ItemRanker::new(
+            5,
+            vec![4, 1, 2],
+            vec![10.0, 20.0, 5.0],
+            ItemScorer::Projection {
+                d: 1,
+                factors: vec![1.0, 2.0, -1.0],
+            },
+            0.0,
+        );
+        let mut out = vec![0.0; 5];
+        // Own: item 4 (candidate 0) and item 3 (not a candidate): p = 1 * 1, scores V p.
+        r.score_items(None, &[(4, 5.0), (3, 1.0)], &mut out);
+        assert_eq!(out[0], f64::NEG_INFINITY);
+        assert_eq!(out[3], f64::NEG_INFINITY);
+        assert_eq!((out[4], out[1], out[2]), (1.0, 2.0, -1.0));
+        // No rated candidate: popularity answers.
+        r.score_items(None, &[(3, 1.0)], &mut out);
+        assert_eq!((out[4], out[1], out[2]), (10.0, 20.0, 5.0));
+    }
+
+    #[test]
+    fn item_item_sums_rows_of_own_items() {
+        let b = vec![0.0, 1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 6.0, 0.0];
+        let r = ItemRanker::new(
+            3,
+            vec![0, 1, 2],
+            vec![1.0, 2.0, 4.0],
+            ItemScorer::ItemItem { b },
+            1.0,
+        );
+        let mut out = vec![0.0; 3];
+        r.score_items(Some(0), &[(0, 4.0), (2, 3.0)], &mut out);
+        let w = 1.0 / 2f64.sqrt();
+        // rows 0 and 2 summed, scaled by 1/sqrt(2), plus pop / 4.
+        assert!((out[0] - (5.0 * w + 0.25)).abs() < 1e-12);
+        assert!((out[1] - (7.0 * w + 0.5)).abs() < 1e-12);
+        assert!((out[2] - (2.0 * w + 1.0)).abs() < 1e-12);
+    }
+}

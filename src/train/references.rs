@@ -1,0 +1,192 @@
+//! Reference rankers every top-N model is judged against (DESIGN 6a):
+//! - `popularity`: most-popular by exact training counts (non-private);
+//! - `dp-popularity`: most-popular by DP counts, the count step of `dp-topn` with the
+//!   whole release budget (same plan, same contribution bounds and charges, so it is the
+//!   DP popularity a `dp-topn` release competes with at equal privacy);
+//! - `ease`: EASE (Steck 2019) on the exact binary Gram of the whole catalogue
+//!   (non-private, lambda 300 by default).
+
+use super::dp_topn::{self, Contribution, DpTopN, ReleasePlan};
+use super::item_ranker::{ItemRanker, ItemScorer};
+use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use crate::accountant::PrivacyEvent;
+use crate::rng::DpRng;
+
+fn counts(data: &TrainData<'_>) -> Vec<f64> {
+    (0..data.matrix.n_items)
+        .map(|j| data.matrix.by_item.row_len(j) as f64)
+        .collect()
+}
+
+fn item_model(data: &TrainData<'_>, popularity: &[f64]) -> FactorModel {
+    let mid = (data.scale.min + data.scale.max) / 2.0;
+    let mut m = FactorModel::zeros(0, popularity.len(), 0, mid, data.scale);
+    for (b, &p) in m.item_bias.iter_mut().zip(popularity) {
+        *b = p;
+    }
+    m
+}
+
+fn fitted(model: FactorModel, ranker: ItemRanker) -> Fitted {
+    Fitted {
+        ranker: Some(std::sync::Arc::new(ranker)),
+        ..Fitted::non_private(model)
+    }
+}
+
+/// Most popular items by exact training counts (non-private).
+#[derive(Debug, Clone, Default)]
+pub struct Popularity;
+
+impl Trainer for Popularity {
+    fn name(&self) -> &'static str {
+        "popularity"
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::NonPrivate
+    }
+    fn fit(&self, data: &TrainData<'_>, _rng: &mut DpRng) -> Result<Fitted, TrainError> {
+        if data.ratings.is_empty() {
+            return Err(TrainError::EmptyData);
+        }
+        let c = counts(data);
+        let all: Vec<u32> = (0..c.len() as u32).collect();
+        let r = ItemRanker::new(c.len(), all, c.clone(), ItemScorer::Popularity, 0.0);
+        Ok(fitted(item_model(data, &c), r))
+    }
+}
+
+impl Popularity {
+    pub fn from_params(p: &Params) -> Result<Self, TrainError> {
+        p.reject_unknown("popularity")?;
+        Ok(Self)
+    }
+}
+
+/// Most popular items by DP counts: `dp-topn`'s count step with the whole budget.
+#[derive(Debug, Clone)]
+pub struct DpPopularity {
+    pub inner: DpTopN,
+}
+
+impl DpPopularity {
+    /// Parameters: `eps`, `delta`, `releases` (the plan; default one release at eps 5,
+    /// delta 1e-6), `cap`, `count_clip`, `threshold`, `delta_r`, `eps_r`.
+    pub fn from_params(p: &Params) -> Result<Self, TrainError> {
+        let d = DpTopN::default();
+        let eps_r = match p.get_str("eps_r") {
+            None | Some("none") => None,
+            Some(_) => Some(p.positive("eps_r", 1.0)?),
+        };
+        let inner = DpTopN {
+            plan: ReleasePlan {
+                eps_u: p.positive("eps", 5.0)?,
+                delta_u: p.positive("delta", 1e-6)?,
+                releases: p.usize_in("releases", 1, 1, 1_000_000)? as u64,
+            },
+            count_share: 1.0,
+            contribution: Contribution {
+                cap: p.usize_in("cap", d.contribution.cap, 1, 1 << 24)?,
+                count_clip: p.positive("count_clip", d.contribution.count_clip)?,
+                ..d.contribution
+            },
+            threshold: p.non_negative("threshold", 0.0)?,
+            delta_r: p.positive("delta_r", d.delta_r)?,
+            eps_r,
+            ..d
+        };
+        p.reject_unknown("dp-popularity")?;
+        if !(inner.plan.delta_u < 1.0 && inner.delta_r < 1.0) {
+            return Err(TrainError::Param(super::ParamError::Invalid {
+                key: "delta".into(),
+                reason: "must be in (0, 1)".into(),
+            }));
+        }
+        Ok(Self { inner })
+    }
+}
+
+impl Trainer for DpPopularity {
+    fn name(&self) -> &'static str {
+        "dp-popularity"
+    }
+    fn params(&self) -> serde_json::Value {
+        let t = &self.inner;
+        serde_json::json!({
+            "eps": t.plan.eps_u, "delta": t.plan.delta_u, "releases": t.plan.releases,
+            "cap": t.contribution.cap, "count_clip": t.contribution.count_clip,
+            "threshold": t.threshold, "delta_r": t.delta_r, "eps_r": t.eps_r,
+        })
+    }
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::Proven
+    }
+    fn planned_user_event(&self) -> Option<PrivacyEvent> {
+        self.inner.planned_user_event()
+    }
+    fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
+        let rel = self.inner.release_counts_only(data, rng)?;
+        let n = data.matrix.n_items;
+        let candidates = dp_topn::select_candidates(
+            &rel.noisy_counts,
+            self.inner.threshold * rel.sigma_count,
+            n,
+        );
+        let pop: Vec<f64> = candidates
+            .iter()
+            .map(|&j| rel.noisy_counts[j as usize])
+            .collect();
+        let r = ItemRanker::new(n, candidates, pop, ItemScorer::Popularity, 0.0);
+        Ok(Fitted {
+            model: item_model(data, &rel.noisy_counts),
+            charges: rel.charges,
+            guarantee: Guarantee::Proven,
+            ranker: Some(std::sync::Arc::new(r)),
+        })
+    }
+}
+
+/// EASE on the exact binary Gram of the whole catalogue (non-private reference).
+#[derive(Debug, Clone)]
+pub struct Ease {
+    pub lambda: f64,
+}
+
+impl Ease {
+    pub fn from_params(p: &Params) -> Result<Self, TrainError> {
+        let lambda = p.positive("lambda", 300.0)?;
+        p.reject_unknown("ease")?;
+        Ok(Self { lambda })
+    }
+}
+
+impl Trainer for Ease {
+    fn name(&self) -> &'static str {
+        "ease"
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "lambda": self.lambda })
+    }
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::NonPrivate
+    }
+    fn fit(&self, data: &TrainData<'_>, _rng: &mut DpRng) -> Result<Fitted, TrainError> {
+        if data.ratings.is_empty() {
+            return Err(TrainError::EmptyData);
+        }
+        let n = data.matrix.n_items;
+        let rows: Vec<Vec<u32>> = (0..data.matrix.n_users)
+            .map(|u| data.matrix.by_user.row(u).0.to_vec())
+            .collect();
+        let all: Vec<u32> = (0..n as u32).collect();
+        // Binary rows, unclipped: a clip above any row norm.
+        let g = dp_topn::gram(&rows, n, &all, f64::INFINITY);
+        let b = dp_topn::ease_weights(&g, n, self.lambda)?;
+        let c = counts(data);
+        let r = ItemRanker::new(n, all, c.clone(), ItemScorer::ItemItem { b }, 0.0);
+        Ok(fitted(item_model(data, &c), r))
+    }
+}
