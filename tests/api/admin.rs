@@ -101,9 +101,9 @@ async fn abandoned_jobs_are_failed_at_start(url: &str) {
         .unwrap();
     app.stop().await;
     let again = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    let (_, job) = again.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
-    assert_eq!(job["status"], "failed", "{job}");
-    assert!(job["reason"].as_str().unwrap().contains("abandoned"));
+    let job = again.job(id).await;
+    assert_eq!(job.status, "failed", "{job:?}");
+    assert!(job.reason.as_deref().unwrap().contains("abandoned"));
     again.stop().await;
 }
 both_backends!(abandoned_jobs_are_failed_at_start);

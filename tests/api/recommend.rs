@@ -27,8 +27,8 @@ async fn baseline_end_to_end(url: &str) {
     app.ingest(&r).await;
     app.ingest(&[("alice", "meh", 4.0, None)]).await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
-    let release = job["release_id"].as_i64().unwrap();
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let release = job.release_id.unwrap();
 
     let (st, rec) = app.get("/v1/users/alice/recommendations?n=2", READER).await;
     assert_eq!(st, 200, "{rec}");
@@ -108,7 +108,7 @@ async fn similar_items_and_deleted_users(url: &str) {
     ])
     .await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (st, sim) = app.get("/v1/items/a/similar?n=2", READER).await;
     assert_eq!(st, 200, "{sim}");
     assert_eq!(sim["items"].as_array().unwrap().len(), 2);
@@ -136,7 +136,7 @@ async fn similar_items_and_deleted_users(url: &str) {
     assert_eq!(st, 404);
     // The deleted user's data is not used by the next release.
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, cur) = app.get("/v1/models/current", READER).await;
     assert_eq!(cur["release"]["n_users"], 2);
     app.stop().await;

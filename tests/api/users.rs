@@ -50,7 +50,7 @@ async fn settings_and_audit(url: &str) {
     assert_eq!(a["releases"]["total"], 0);
     // After a release the audit shows the charge and the RDP spent.
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, a) = app.get("/v1/users/carol/budget?limit=1", READER).await;
     assert_eq!(a["ratings"]["total"], 2);
     assert_eq!(a["ratings"]["entries"].as_array().unwrap().len(), 1);
