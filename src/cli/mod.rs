@@ -34,6 +34,36 @@ pub enum Command {
     Openapi,
 }
 
+/// Fails with a message that says where a relative input path was looked for, when it
+/// does not exist (a new user's most common first error).
+pub fn require_input(path: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let resolved = if path.is_absolute() {
+        String::new()
+    } else {
+        format!(" (relative to the working directory {cwd})")
+    };
+    anyhow::bail!(
+        "{what} {} does not exist{resolved}; pass the MovieLens directory or ratings file, \
+         e.g. ../shared/datasets/ml-100k from the repository root",
+        path.display()
+    )
+}
+
+/// Creates the parent directory of an output file, if missing.
+pub fn create_parent(path: &std::path::Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
