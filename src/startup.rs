@@ -122,7 +122,7 @@ impl Application {
                 }
             }
         }
-        let keys = auth::Keys::new(settings.auth.mode, hashed);
+        let keys = auth::Keys::new(settings.auth.mode, hashed, Vec::new());
 
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
