@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use crate::api::{self, auth, ApiError, AppState};
 use crate::config::{AuthMode, Role, Settings};
 use crate::metrics::Metrics;
-use crate::retrain::{Hooks, Retrainer};
+use crate::release::{Hooks, Retrainer};
 use crate::serve::Registry;
 use crate::store::Store;
 use crate::train::{self, Guarantee, Params, Trainer};
@@ -30,6 +30,9 @@ pub struct Application {
     /// The admin key generated on first start (printed once), if any.
     pub bootstrap_key: Option<String>,
     scheduler: bool,
+    /// The key table the server checks (stored keys reloaded every `reload_secs`).
+    keys: auth::Keys,
+    reload_secs: u64,
 }
 
 /// The trainer named in the config, checked against the serving policy.
@@ -66,6 +69,136 @@ pub fn check_trainer(s: &Settings, t: &dyn Trainer) -> anyhow::Result<()> {
     }
 }
 
+/// The API keys: configured keys plus stored (hashed) keys. On a first start in `keys`
+/// mode without any, generates an admin key, stores its hash and returns it once.
+async fn load_keys(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<(auth::Keys, Option<String>)> {
+    let configured: Vec<(String, Role)> = settings
+        .auth
+        .keys
+        .iter()
+        .map(|k| (auth::hash_key(&k.key), k.role))
+        .collect();
+    let mut bootstrap_key = None;
+    let mut stored = Vec::new();
+    if settings.auth.mode == AuthMode::Keys {
+        if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
+            let key = auth::generate_key();
+            store.insert_api_key(&auth::hash_key(&key), "admin").await?;
+            eprintln!(
+                "\n=== dprec: first start, no API keys configured ===\n\
+                 generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
+                 use it as `Authorization: Bearer <key>`; `dprec keys create --role ROLE` makes more\n\
+                 (and replaces a lost one), `dprec keys list` / `dprec keys revoke ID` manage them\n"
+            );
+            bootstrap_key = Some(key);
+        }
+        stored = stored_keys(store).await?;
+    }
+    let keys = auth::Keys::new(settings.auth.mode, configured, stored);
+    Ok((keys, bootstrap_key))
+}
+
+/// The keys stored in the database (created by the first start or `dprec keys`).
+async fn stored_keys(store: &Store) -> anyhow::Result<Vec<(String, Role)>> {
+    Ok(store
+        .api_keys()
+        .await?
+        .into_iter()
+        .filter_map(|(h, role)| auth::parse_role(&role).map(|r| (h, r)))
+        .collect())
+}
+
+/// Re-reads the stored keys every `every`, so `dprec keys create/revoke` reach a running
+/// server without a restart.
+async fn reload_keys(store: Store, keys: auth::Keys, every: std::time::Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match stored_keys(&store).await {
+            Ok(k) => keys.set_stored(k),
+            Err(e) => log::warn!("reloading API keys: {e:#}"),
+        }
+    }
+}
+
+/// `auth.mode = "disabled"` is for development on a loopback address only, and loud.
+fn warn_if_auth_disabled(settings: &Settings, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    if settings.auth.mode == AuthMode::Disabled {
+        if !addr.ip().is_loopback() {
+            bail!("auth.mode = \"disabled\" is only allowed on a loopback address, not {addr}");
+        }
+        log::warn!("AUTHENTICATION DISABLED (auth.mode = \"disabled\"): development only");
+        eprintln!(
+            "WARNING: dprec is running WITHOUT AUTHENTICATION on {addr} (auth.mode = \"disabled\")"
+        );
+    }
+    Ok(())
+}
+
+/// The HTTP server: the API routes with problem+json errors for bad paths, queries,
+/// methods and unknown routes, and per-route request metrics.
+fn http_server(
+    state: web::Data<AppState>,
+    metrics: Arc<Metrics>,
+    listener: TcpListener,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let m = metrics;
+    let server = HttpServer::new(move || {
+        let m = m.clone();
+        App::new()
+            .app_data(state.clone())
+            .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid query",
+                    e.to_string(),
+                )
+                .with_field("query")
+                .into()
+            }))
+            .app_data(
+                web::PathConfig::default()
+                    .error_handler(|e, _| ApiError::invalid("path", e.to_string()).into()),
+            )
+            .wrap_fn(move |req, srv| {
+                let start = Instant::now();
+                let method = req.method().to_string();
+                let m = m.clone();
+                let fut = srv.call(req);
+                async move {
+                    let res = fut.await?;
+                    let route = res
+                        .request()
+                        .match_pattern()
+                        .unwrap_or_else(|| "unmatched".into());
+                    let status = res.status().as_u16().to_string();
+                    m.http_requests
+                        .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
+                        .inc();
+                    m.http_duration
+                        .with_label_values(&[method.as_str(), route.as_str()])
+                        .observe(start.elapsed().as_secs_f64());
+                    Ok(res)
+                }
+            })
+            .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed))
+            .configure(api::routes)
+            .default_service(web::to(|req: HttpRequest| async move {
+                Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
+                    "no route for {} {}",
+                    req.method(),
+                    req.path()
+                )))
+            }))
+    })
+    .workers(2)
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
+
 impl Application {
     /// Builds the service. `trainer`: `None` builds the configured one by name.
     pub async fn build(
@@ -80,49 +213,21 @@ impl Application {
             None => trainer_from_settings(&settings)?,
         };
         check_trainer(&settings, trainer.as_ref())?;
-        if settings.auth.mode == AuthMode::Disabled {
-            if !addr.ip().is_loopback() {
-                bail!("auth.mode = \"disabled\" is only allowed on a loopback address, not {addr}");
-            }
-            log::warn!("AUTHENTICATION DISABLED (auth.mode = \"disabled\"): development only");
-            eprintln!(
-                "WARNING: dprec is running WITHOUT AUTHENTICATION on {addr} (auth.mode = \"disabled\")"
-            );
-        }
+        warn_if_auth_disabled(&settings, addr)?;
+        // Bind first: a port in use must fail before anything is created (e.g. the
+        // first-start admin key, which is shown once).
+        let listener = TcpListener::bind(addr).with_context(|| {
+            format!("cannot listen on {addr} (server.bind / --bind; is another process using it?)")
+        })?;
         let store =
             Store::connect(&settings.database.url, settings.database.max_connections).await?;
         log::info!(
             "store: {} ({})",
             store.backend().name(),
-            redact(&settings.database.url)
+            crate::store::redact_url(&settings.database.url)
         );
 
-        // Keys: config keys plus stored (hashed) keys; first start without any: bootstrap.
-        let mut hashed: Vec<(String, Role)> = settings
-            .auth
-            .keys
-            .iter()
-            .map(|k| (auth::hash_key(&k.key), k.role))
-            .collect();
-        let mut bootstrap_key = None;
-        if settings.auth.mode == AuthMode::Keys {
-            if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
-                let key = auth::generate_key();
-                store.insert_api_key(&auth::hash_key(&key), "admin").await?;
-                eprintln!(
-                    "\n=== dprec: first start, no API keys configured ===\n\
-                     generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
-                     use it as `Authorization: Bearer <key>`; configure [[auth.keys]] for more keys\n"
-                );
-                bootstrap_key = Some(key);
-            }
-            for (h, role) in store.api_keys().await? {
-                if let Some(r) = auth::parse_role(&role) {
-                    hashed.push((h, r));
-                }
-            }
-        }
-        let keys = auth::Keys::new(settings.auth.mode, hashed, Vec::new());
+        let (keys, bootstrap_key) = load_keys(&settings, &store).await?;
 
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
@@ -134,7 +239,7 @@ impl Application {
             settings.clone(),
             metrics.clone(),
             hooks,
-        ));
+        )?);
         let abandoned = store
             .fail_abandoned_jobs(settings.scheduler.lease_secs)
             .await?;
@@ -150,70 +255,15 @@ impl Application {
             retrainer: retrainer.clone(),
             settings: settings.clone(),
             metrics: metrics.clone(),
-            keys,
+            keys: keys.clone(),
             scale: settings.scale()?,
             user_facts: Arc::new(crate::serve::facts::UserFactsCache::new(
                 std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
                 200_000,
             )),
         });
-        let listener = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
-        let m = metrics.clone();
-        let server = HttpServer::new(move || {
-            let m = m.clone();
-            App::new()
-                .app_data(state.clone())
-                .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                    ApiError::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Invalid query",
-                        e.to_string(),
-                    )
-                    .with_field("query")
-                    .into()
-                }))
-                .app_data(
-                    web::PathConfig::default()
-                        .error_handler(|e, _| ApiError::invalid("path", e.to_string()).into()),
-                )
-                .wrap_fn(move |req, srv| {
-                    let start = Instant::now();
-                    let method = req.method().to_string();
-                    let m = m.clone();
-                    let fut = srv.call(req);
-                    async move {
-                        let res = fut.await?;
-                        let route = res
-                            .request()
-                            .match_pattern()
-                            .unwrap_or_else(|| "unmatched".into());
-                        let status = res.status().as_u16().to_string();
-                        m.http_requests
-                            .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
-                            .inc();
-                        m.http_duration
-                            .with_label_values(&[method.as_str(), route.as_str()])
-                            .observe(start.elapsed().as_secs_f64());
-                        Ok(res)
-                    }
-                })
-                .wrap(
-                    ErrorHandlers::new()
-                        .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
-                )
-                .configure(api::routes)
-                .default_service(web::to(|req: HttpRequest| async move {
-                    Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
-                        "no route for {} {}",
-                        req.method(),
-                        req.path()
-                    )))
-                }))
-        })
-        .workers(2)
-        .listen(listener)?
-        .run();
+        let server = http_server(state, metrics.clone(), listener)?;
         let scheduler = settings.scheduler.enabled;
         Ok(Self {
             port,
@@ -223,6 +273,8 @@ impl Application {
             retrainer,
             bootstrap_key,
             scheduler,
+            keys,
+            reload_secs: settings.scheduler.reload_secs,
         })
     }
 
@@ -236,8 +288,18 @@ impl Application {
             .scheduler
             .then(|| tokio::spawn(self.retrainer.clone().schedule()));
         let watch = tokio::spawn(self.retrainer.clone().watch_releases());
+        let key_reload = (self.reload_secs > 0).then(|| {
+            tokio::spawn(reload_keys(
+                self.store.clone(),
+                self.keys.clone(),
+                std::time::Duration::from_secs(self.reload_secs),
+            ))
+        });
         let r = self.server.await;
         if let Some(h) = sched {
+            h.abort();
+        }
+        if let Some(h) = key_reload {
             h.abort();
         }
         watch.abort();
@@ -263,11 +325,4 @@ fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHand
         .map_into_boxed_body()
         .map_into_right_body();
     Ok(ErrorHandlerResponse::Response(res))
-}
-
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
 }

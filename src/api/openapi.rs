@@ -67,7 +67,10 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
         wanted.push(("400", "Malformed JSON"));
         wanted.push(("413", "Body too large"));
         wanted.push(("415", "Content-Type is not application/json"));
-        wanted.push(("422", "Invalid field (the problem's `field` is its JSON path)"));
+        wanted.push((
+            "422",
+            "Invalid field (the problem's `field` is its JSON path)",
+        ));
     }
     if path.starts_with("/v1/") {
         wanted.push(("500", "Store or internal error"));

@@ -157,10 +157,7 @@ async fn revoke(store: &Store, id: &str) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        many => bail!(
-            "key id {id} matches {} keys; give more digits",
-            many.len()
-        ),
+        many => bail!("key id {id} matches {} keys; give more digits", many.len()),
     }
 }
 

@@ -238,13 +238,11 @@ impl TestApp {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let headers = r.headers().clone();
         let text = r.text().await.expect("response body");
         spec::check_response(&method, &path, status, content_type.as_deref(), &text);
         Raw {
             status,
             content_type,
-            headers,
             text,
         }
     }
@@ -292,8 +290,11 @@ impl TestApp {
 
     /// `GET /v1/users/{user}/budget` (reader key); `query` e.g. `"limit=1"` or `""`.
     pub async fn audit(&self, user: &str, query: &str) -> Audit {
-        self.get_ok(&with_query(&format!("/v1/users/{user}/budget"), query), READER)
-            .await
+        self.get_ok(
+            &with_query(&format!("/v1/users/{user}/budget"), query),
+            READER,
+        )
+        .await
     }
 
     /// `GET /v1/users/{user}/recommendations` (reader key); `query` e.g. `"n=5"`.
@@ -400,7 +401,6 @@ fn with_query(path: &str, query: &str) -> String {
 pub struct Raw {
     pub status: u16,
     pub content_type: Option<String>,
-    pub headers: reqwest::header::HeaderMap,
     pub text: String,
 }
 
@@ -421,13 +421,23 @@ impl Raw {
     /// Asserts 200 and decodes the body as `T`.
     pub fn ok<T: DeserializeOwned>(self) -> T {
         assert_eq!(self.status, 200, "{}", self.text);
-        serde_json::from_str(&self.text)
-            .unwrap_or_else(|e| panic!("decoding {}: {e}: {}", std::any::type_name::<T>(), self.text))
+        serde_json::from_str(&self.text).unwrap_or_else(|e| {
+            panic!(
+                "decoding {}: {e}: {}",
+                std::any::type_name::<T>(),
+                self.text
+            )
+        })
     }
 
     /// Asserts a problem+json error and decodes it.
     pub fn problem(self) -> (u16, Problem) {
-        assert!(self.status >= 400, "expected an error, got {}: {}", self.status, self.text);
+        assert!(
+            self.status >= 400,
+            "expected an error, got {}: {}",
+            self.status,
+            self.text
+        );
         assert_eq!(
             self.content_type.as_deref(),
             Some("application/problem+json"),

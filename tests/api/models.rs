@@ -41,7 +41,9 @@ async fn releases_downloads_and_restart(url: &str) {
     let (st, prof) = app.get("/v1/models/current/users/u2", READER).await;
     assert_eq!(st, 200, "{prof}");
     assert_eq!(prof["factors"].as_array().unwrap().len(), 2);
-    let (st, _) = app.get_problem("/v1/models/current/users/nobody", READER).await;
+    let (st, _) = app
+        .get_problem("/v1/models/current/users/nobody", READER)
+        .await;
     assert_eq!(st, 404);
     let job = app.job(j1.id).await;
     assert_eq!(job.kind, "admin");

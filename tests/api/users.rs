@@ -10,10 +10,9 @@ use crate::helpers::*;
 async fn settings_and_audit(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
     let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    let (st, s) = app.get("/v1/users/carol/settings", READER).await;
-    assert_eq!(st, 200);
-    assert_eq!(s["budget_eps"].as_f64(), Some(10.0));
-    assert!(s["default_eps"].is_null());
+    let s = app.user_settings("carol").await;
+    assert_eq!(s.budget_eps, 10.0);
+    assert!(s.default_eps.is_none());
     let (st, s) = app
         .put(
             "/v1/users/carol/settings",
