@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn scheduler_retrains_when_enough_new_ratings(url: &str) {
     let mut s = settings(url);

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use dprec::retrain::Hooks;
 
-use crate::fake::FakeDp;
-use crate::helpers::*;
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_metrics_docs_and_unknown_routes() {

@@ -457,18 +457,22 @@ macro_rules! both_backends {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let db =
-                    $crate::helpers::TestDb::new($crate::helpers::Kind::Sqlite, stringify!($name))
-                        .await
-                        .unwrap();
+                let db = $crate::api::helpers::TestDb::new(
+                    $crate::api::helpers::Kind::Sqlite,
+                    stringify!($name),
+                )
+                .await
+                .unwrap();
                 super::$name(&db.url).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if let Some(db) =
-                    $crate::helpers::TestDb::new($crate::helpers::Kind::Postgres, stringify!($name))
-                        .await
+                if let Some(db) = $crate::api::helpers::TestDb::new(
+                    $crate::api::helpers::Kind::Postgres,
+                    stringify!($name),
+                )
+                .await
                 {
                     super::$name(&db.url).await;
                 }

@@ -18,9 +18,9 @@ use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
 use sqlx::Row;
 
+use crate::api::fake::{self, FakeDp};
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::{self, FakeDp};
-use crate::helpers::*;
 
 /// Checks every stored invariant directly in the database.
 pub async fn assert_ledger_invariants(store: &Store) {
@@ -478,9 +478,10 @@ mod large_release_timing {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "timing run"]
     async fn sqlite() {
-        let db = crate::helpers::TestDb::new(crate::helpers::Kind::Sqlite, "large_release")
-            .await
-            .unwrap();
+        let db =
+            crate::api::helpers::TestDb::new(crate::api::helpers::Kind::Sqlite, "large_release")
+                .await
+                .unwrap();
         super::large_release(&db.url).await;
     }
 
@@ -488,7 +489,8 @@ mod large_release_timing {
     #[ignore = "timing run"]
     async fn postgres() {
         if let Some(db) =
-            crate::helpers::TestDb::new(crate::helpers::Kind::Postgres, "large_release").await
+            crate::api::helpers::TestDb::new(crate::api::helpers::Kind::Postgres, "large_release")
+                .await
         {
             super::large_release(&db.url).await;
         }

@@ -3,9 +3,9 @@
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn releases_downloads_and_restart(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);

@@ -4,9 +4,9 @@
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 fn good(i: usize) -> serde_json::Value {
     json!({"user": format!("u{i}"), "item": format!("i{i}"), "rating": 4.0, "eps": 0.5})

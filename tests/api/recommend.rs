@@ -2,9 +2,9 @@
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 /// End to end with the non-private baseline (explicit flag): ingest, retrain,
 /// recommend (excluding rated items unless asked, paginated), cold-start fallback.

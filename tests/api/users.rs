@@ -3,9 +3,9 @@
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn settings_and_audit(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
