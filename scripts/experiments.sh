@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The DP experiments of docs/EVALUATION.md on MovieLens-100K, folds u1..u5, seed 0.
-# Each writes docs/figures/<name>.json (per fold, mean, sd, privacy charges) and
-# docs/figures/<name>.svg (RMSE against the swept parameter). Usage:
+# Each writes $OUT/<name>.json (per fold, mean, sd, privacy charges), $OUT/<name>.svg
+# (RMSE against the swept parameter) and $OUT/<name>.txt (the table). OUT is a scratch
+# directory by default, so a run never overwrites the committed figures; to update them:
+#   DPREC_EVAL_OUT=docs/figures scripts/experiments.sh NAME
+# Usage:
 #   scripts/experiments.sh [--data DIR] [NAME ...]     (default: every experiment)
 # Names: pdp-fc pdp-epsm pdp-t gaussian dp-alt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=../shared/datasets/ml-100k
+DATA=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
 if [[ "${1:-}" == "--data" ]]; then DATA="$2"; shift 2; fi
-OUT=docs/figures
+OUT=${DPREC_EVAL_OUT:-${TMPDIR:-/tmp}/dprec-eval}
 mkdir -p "$OUT"
+echo "experiments: writing to $OUT" >&2
 cargo build --release --quiet
 DPREC=target/release/dprec
 run() { # run NAME TITLE ARGS...

@@ -245,11 +245,21 @@ impl Settings {
                 .parse::<toml::Table>()
                 .with_context(|| format!("parsing config {}", path.display()))?;
         }
-        apply_env(&mut tree, std::env::vars())?;
+        Self::from_tree_and_env(tree, std::env::vars())
+    }
+
+    /// The file's tree with environment overrides applied, deserialised and validated;
+    /// errors about a value set from the environment name the variable.
+    pub fn from_tree_and_env(
+        mut tree: toml::Table,
+        vars: impl Iterator<Item = (String, String)>,
+    ) -> anyhow::Result<Self> {
+        let from_env = apply_env(&mut tree, vars)?;
         let s: Settings = toml::Value::Table(tree)
             .try_into()
+            .map_err(|e| with_env_hint(anyhow::Error::new(e), &from_env))
             .context("invalid configuration")?;
-        s.validate()?;
+        s.validate().map_err(|e| with_env_hint(e, &from_env))?;
         Ok(s)
     }
 
@@ -317,10 +327,12 @@ impl Settings {
     }
 
     pub fn bind_addr(&self) -> anyhow::Result<SocketAddr> {
-        self.server
-            .bind
-            .parse()
-            .with_context(|| format!("server.bind {:?} is not an IP:port", self.server.bind))
+        self.server.bind.parse().with_context(|| {
+            format!(
+                "server.bind {:?} is not an IP:port (expected e.g. 127.0.0.1:8080)",
+                self.server.bind
+            )
+        })
     }
 
     pub fn scale(&self) -> anyhow::Result<RatingScale> {
@@ -333,35 +345,115 @@ impl Settings {
     }
 }
 
+/// A configuration value set from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvOverride {
+    /// The variable, e.g. `DPREC_SERVER__BIND`.
+    pub var: String,
+    /// The key it sets, e.g. `server.bind`.
+    pub key: String,
+    pub value: String,
+}
+
+/// The sections of the configuration file (for `DPREC_<SECTION>__<KEY>`).
+const SECTIONS: [&str; 7] = [
+    "server",
+    "database",
+    "auth",
+    "trainer",
+    "budget",
+    "ratings",
+    "scheduler",
+];
+
+/// The expected format of values whose type alone does not say it.
+fn expected_format(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "server.bind" => "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080",
+        "budget.share" => "fraction:F (0 < F <= 1) or split:K (K >= 1)",
+        "database.url" => "sqlite://FILE or postgres://USER@HOST:PORT/DB",
+        "auth.mode" => "keys or disabled",
+        _ => return None,
+    })
+}
+
+/// Adds, to a configuration error about a key that an environment variable set, the
+/// variable, its value and the expected format.
+fn with_env_hint(e: anyhow::Error, from_env: &[EnvOverride]) -> anyhow::Error {
+    let msg = format!("{e:#}");
+    let Some(o) = from_env.iter().find(|o| {
+        let field = o.key.rsplit('.').next().unwrap_or(&o.key);
+        msg.contains(&o.key)
+            || msg.contains(&format!("`{field}`"))
+            || msg.contains(&format!("{:?}", o.value))
+            || msg.contains(&format!("`{}`", o.value))
+    }) else {
+        return e;
+    };
+    let format = expected_format(&o.key)
+        .map(|f| format!("; expected {f}"))
+        .unwrap_or_default();
+    e.context(format!("{}={:?} (sets {}){format}", o.var, o.value, o.key))
+}
+
 /// Applies `DPREC_SECTION__KEY=value` and `DATABASE_URL` to the TOML tree. Values are
 /// parsed as TOML scalars when possible (`true`, `3`, `0.5`), else taken as strings.
+/// Returns what was set, so errors can name the variable. A variable that looks like a
+/// setting with a single underscore (`DPREC_SERVER_BIND`) is an error, not ignored.
 pub fn apply_env(
     tree: &mut toml::Table,
     vars: impl Iterator<Item = (String, String)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<EnvOverride>> {
+    let mut set = Vec::new();
     for (k, v) in vars {
         let (section, key) = if k == "DATABASE_URL" {
             ("database".to_string(), "url".to_string())
         } else if let Some(rest) = k.strip_prefix("DPREC_") {
             match rest.split_once("__") {
                 Some((s, key)) => (s.to_ascii_lowercase(), key.to_ascii_lowercase()),
-                None => continue,
+                None => {
+                    let lower = rest.to_ascii_lowercase();
+                    if let Some(section) = SECTIONS
+                        .iter()
+                        .find(|s| lower.starts_with(&format!("{s}_")))
+                    {
+                        let key = &rest[section.len() + 1..];
+                        bail!(
+                            "environment variable {k} is not a setting: overrides use a double \
+                             underscore between section and key, e.g. DPREC_{}__{key}",
+                            section.to_ascii_uppercase()
+                        );
+                    }
+                    continue;
+                }
             }
         } else {
             continue;
         };
+        if !SECTIONS.contains(&section.as_str()) {
+            bail!(
+                "environment variable {k}: unknown configuration section {section:?} \
+                 (sections: {})",
+                SECTIONS.join(", ")
+            );
+        }
         let value = parse_scalar(&v);
         let entry = tree
             .entry(section.clone())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         match entry {
             toml::Value::Table(t) => {
-                t.insert(key, value);
+                t.insert(key.clone(), value);
             }
             _ => bail!("{k}: config section {section} is not a table"),
         }
+        set.push(EnvOverride {
+            var: k,
+            key: format!("{section}.{key}"),
+            value: v,
+        });
     }
-    Ok(())
+    Ok(set)
 }
 
 fn parse_scalar(v: &str) -> toml::Value {
@@ -408,6 +500,51 @@ mod tests {
         s.validate().unwrap();
         assert_eq!(s.auth.keys.len(), 3);
         assert_eq!(s.trainer.name, "dp-alt");
+    }
+
+    /// Environment errors name the variable, its value and the expected format; a
+    /// single-underscore setting is reported, not ignored.
+    #[test]
+    fn env_errors_name_the_variable() {
+        let env = |pairs: &[(&str, &str)]| {
+            let mut t = toml::Table::new();
+            let vars = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            apply_env(&mut t, vars).map(|set| (t, set))
+        };
+        let e = env(&[("DPREC_SERVER_BIND", "0.0.0.0:1")]).unwrap_err();
+        assert!(format!("{e:#}").contains("DPREC_SERVER__BIND"), "{e:#}");
+        let e = env(&[("DPREC_SEVRER__BIND", "0.0.0.0:1")]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown configuration section"),
+            "{e:#}"
+        );
+        // Not settings: other DPREC_ variables are left alone.
+        assert!(env(&[("DPREC_ML100K_DIR", "/x"), ("DPREC_REQUIRE_DATA", "1")]).is_ok());
+
+        let load = |k: &str, v: &str| {
+            let vars = [(k.to_string(), v.to_string())].into_iter();
+            format!(
+                "{:#}",
+                Settings::from_tree_and_env(toml::Table::new(), vars).unwrap_err()
+            )
+        };
+        let e = load("DPREC_SERVER__BIND", "localhost");
+        assert!(
+            e.contains("DPREC_SERVER__BIND=\"localhost\"") && e.contains("HOST:PORT"),
+            "{e}"
+        );
+        let e = load("DPREC_BUDGET__SHARE", "0.25");
+        assert!(
+            e.contains("DPREC_BUDGET__SHARE") && e.contains("fraction:F"),
+            "{e}"
+        );
+        let e = load("DPREC_BUDGET__SHARE", "half");
+        assert!(
+            e.contains("DPREC_BUDGET__SHARE") && e.contains("fraction:F"),
+            "{e}"
+        );
+        let e = load("DPREC_SERVER__MAX_BATCH", "many");
+        assert!(e.contains("DPREC_SERVER__MAX_BATCH=\"many\""), "{e}");
     }
 
     #[test]

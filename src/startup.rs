@@ -31,6 +31,9 @@ pub struct Application {
     /// The admin key generated on first start (printed once), if any.
     pub bootstrap_key: Option<String>,
     scheduler: bool,
+    /// The key table the server checks (stored keys reloaded every `reload_secs`).
+    keys: auth::Keys,
+    reload_secs: u64,
 }
 
 /// The trainer named in the config, checked against the serving policy.
@@ -73,13 +76,14 @@ async fn load_keys(
     settings: &Settings,
     store: &Store,
 ) -> anyhow::Result<(auth::Keys, Option<String>)> {
-    let mut hashed: Vec<(String, Role)> = settings
+    let configured: Vec<(String, Role)> = settings
         .auth
         .keys
         .iter()
         .map(|k| (auth::hash_key(&k.key), k.role))
         .collect();
     let mut bootstrap_key = None;
+    let mut stored = Vec::new();
     if settings.auth.mode == AuthMode::Keys {
         if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
             let key = auth::generate_key();
@@ -87,18 +91,37 @@ async fn load_keys(
             eprintln!(
                 "\n=== dprec: first start, no API keys configured ===\n\
                  generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
-                 use it as `Authorization: Bearer <key>`; configure [[auth.keys]] for more keys\n"
+                 use it as `Authorization: Bearer <key>`; `dprec keys create --role ROLE` makes more\n\
+                 (and replaces a lost one), `dprec keys list` / `dprec keys revoke ID` manage them\n"
             );
             bootstrap_key = Some(key);
         }
-        for (h, role) in store.api_keys().await? {
-            if let Some(r) = auth::parse_role(&role) {
-                hashed.push((h, r));
-            }
+        stored = stored_keys(store).await?;
+    }
+    let keys = auth::Keys::new(settings.auth.mode, configured, stored);
+    Ok((keys, bootstrap_key))
+}
+
+/// The keys stored in the database (created by the first start or `dprec keys`).
+async fn stored_keys(store: &Store) -> anyhow::Result<Vec<(String, Role)>> {
+    Ok(store
+        .api_keys()
+        .await?
+        .into_iter()
+        .filter_map(|(h, role)| auth::parse_role(&role).map(|r| (h, r)))
+        .collect())
+}
+
+/// Re-reads the stored keys every `every`, so `dprec keys create/revoke` reach a running
+/// server without a restart.
+async fn reload_keys(store: Store, keys: auth::Keys, every: std::time::Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match stored_keys(&store).await {
+            Ok(k) => keys.set_stored(k),
+            Err(e) => log::warn!("reloading API keys: {e:#}"),
         }
     }
-    let keys = auth::Keys::new(settings.auth.mode, hashed);
-    Ok((keys, bootstrap_key))
 }
 
 /// `auth.mode = "disabled"` is for development on a loopback address only, and loud.
@@ -212,6 +235,11 @@ impl Application {
         };
         check_trainer(&settings, trainer.as_ref())?;
         warn_if_auth_disabled(&settings, addr)?;
+        // Bind first: a port in use must fail before anything is created (e.g. the
+        // first-start admin key, which is shown once).
+        let listener = TcpListener::bind(addr).with_context(|| {
+            format!("cannot listen on {addr} (server.bind / --bind; is another process using it?)")
+        })?;
         let store = Store::connect_with(
             &settings.database.url,
             settings.database.max_connections,
@@ -221,7 +249,7 @@ impl Application {
         log::info!(
             "store: {} ({})",
             store.backend().name(),
-            redact(&settings.database.url)
+            crate::store::redact_url(&settings.database.url)
         );
 
         let (keys, bootstrap_key) = load_keys(&settings, &store).await?;
@@ -273,14 +301,13 @@ impl Application {
             retrainer: retrainer.clone(),
             settings: settings.clone(),
             metrics: metrics.clone(),
-            keys,
+            keys: keys.clone(),
             scale: settings.scale()?,
             user_facts: Arc::new(crate::serve::facts::UserFactsCache::new(
                 std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
                 200_000,
             )),
         });
-        let listener = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
         let server = http_server(state, metrics.clone(), listener)?;
         let scheduler = settings.scheduler.enabled;
@@ -292,6 +319,8 @@ impl Application {
             retrainer,
             bootstrap_key,
             scheduler,
+            keys,
+            reload_secs: settings.scheduler.reload_secs,
         })
     }
 
@@ -305,8 +334,18 @@ impl Application {
             .scheduler
             .then(|| tokio::spawn(self.retrainer.clone().schedule()));
         let watch = tokio::spawn(self.retrainer.clone().watch_releases());
+        let key_reload = (self.reload_secs > 0).then(|| {
+            tokio::spawn(reload_keys(
+                self.store.clone(),
+                self.keys.clone(),
+                std::time::Duration::from_secs(self.reload_secs),
+            ))
+        });
         let r = self.server.await;
         if let Some(h) = sched {
+            h.abort();
+        }
+        if let Some(h) = key_reload {
             h.abort();
         }
         watch.abort();
@@ -343,11 +382,4 @@ fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHand
         .map_into_boxed_body()
         .map_into_right_body();
     Ok(ErrorHandlerResponse::Response(res))
-}
-
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
 }

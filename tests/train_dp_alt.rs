@@ -1,7 +1,7 @@
 //! The production trainer `dp-alt`: its charges follow the ledger rules of DESIGN 3, and
 //! the noise of its item profiles has the scale its per-round budget calibrates.
 
-mod common;
+use crate::common;
 
 use dprec::accountant::PrivacyEvent;
 use dprec::data::{Interactions, RatingScale, Ratings};

@@ -8,7 +8,7 @@
 // Index loops mirror the formulas (coordinates k, steps t).
 #![allow(clippy::needless_range_loop)]
 
-mod common;
+use crate::common;
 
 use dprec::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use dprec::data::{Interactions, RatingScale, Ratings};
@@ -20,7 +20,7 @@ use dprec::train::gaussian_mf::{
 use dprec::train::{build, FactorModel, Guarantee, Params, TrainData, TrainError};
 use ndarray::{array, Array1, Array2};
 
-use common::{identical_users, mean_var, var_ok, Z_CRIT};
+use crate::common::{identical_users, mean_var, var_ok, Z_CRIT};
 
 /// Kolmogorov-Smirnov distance of `x` from N(0, 1).
 fn ks_normal(x: &mut [f64]) -> f64 {

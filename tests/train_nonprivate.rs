@@ -1,6 +1,6 @@
 //! The non-private trainers: they learn what the data holds, reproducibly.
 
-mod common;
+use crate::common;
 
 use dprec::data::folds::{predefined_ml100k, Fold};
 use dprec::data::{Interactions, RatingScale};

@@ -4,7 +4,7 @@
 //! Statistical tests use fixed seeds; KS tests run at a false-failure rate alpha = 1e-6
 //! (critical value `sqrt(ln(2/alpha)/2)/sqrt(n)`), frequency tests at 5.33 standard errors.
 
-mod common;
+use crate::common;
 
 use dprec::accountant::PrivacyEvent;
 use dprec::data::folds::predefined_ml100k;

@@ -9,7 +9,7 @@
 //! rejects a 10% wrong noise multiplier.
 #![allow(clippy::needless_range_loop)]
 
-mod common;
+use crate::common;
 
 use dprec::accountant::{compose_events, default_orders, PrivacyEvent};
 use dprec::data::{Interactions, RatingScale, Ratings};
@@ -23,7 +23,7 @@ use dprec::train::{build, FactorModel, Params, TrainData};
 use ndarray::{array, Array1, Array2};
 use rand::Rng;
 
-use common::{identical_users, mean_var, var_ok, Z_CRIT};
+use crate::common::{identical_users, mean_var, var_ok, Z_CRIT};
 
 fn cfg(z: f64, clip_y: f64, lambda_u: f64, b: f64) -> SspConfig {
     SspConfig {

@@ -1,13 +1,13 @@
 //! Admin: trigger a retrain, job status.
 
 use actix_web::{web, HttpResponse};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::AdminKey;
 use super::{ApiError, AppState};
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Job {
     pub id: i64,
     /// `admin` or `scheduled`.
@@ -49,7 +49,7 @@ fn to_view(j: crate::store::JobRow) -> Job {
 }
 
 /// Status of a retrain job.
-#[utoipa::path(get, path = "/v1/admin/jobs/{id}", tag = "admin",
+#[utoipa::path(get, path = "/v1/admin/jobs/{id}", tag = "admin", operation_id = "get_job",
     params(("id" = i64, Path)),
     responses((status = 200, body = Job),
         (status = 404, description = "Unknown job", body = super::Problem, content_type = "application/problem+json")),

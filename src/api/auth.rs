@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::{ready, Ready};
+use std::sync::{Arc, RwLock};
 
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use sha2::{Digest, Sha256};
@@ -11,11 +12,14 @@ use super::problem::ApiError;
 use super::AppState;
 use crate::config::{AuthMode, Role};
 
-/// The key table the server checks against.
+/// The key table the server checks against: the configured keys (fixed for the life of
+/// the process) and the keys stored in the database (replaced by [`Keys::set_stored`]
+/// when the server reloads them, so `dprec keys create/revoke` reach a running server).
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub mode: AuthMode,
-    by_hash: HashMap<String, Role>,
+    configured: HashMap<String, Role>,
+    stored: Arc<RwLock<HashMap<String, Role>>>,
 }
 
 pub fn hash_key(key: &str) -> String {
@@ -42,11 +46,33 @@ pub fn parse_role(s: &str) -> Option<Role> {
 }
 
 impl Keys {
-    pub fn new(mode: AuthMode, hashed: impl IntoIterator<Item = (String, Role)>) -> Self {
+    /// `configured` and `stored`: (SHA-256 hex of the key, role).
+    pub fn new(
+        mode: AuthMode,
+        configured: impl IntoIterator<Item = (String, Role)>,
+        stored: impl IntoIterator<Item = (String, Role)>,
+    ) -> Self {
         Self {
             mode,
-            by_hash: hashed.into_iter().collect(),
+            configured: configured.into_iter().collect(),
+            stored: Arc::new(RwLock::new(stored.into_iter().collect())),
         }
+    }
+
+    /// Replaces the stored keys (e.g. after `dprec keys revoke`).
+    pub fn set_stored(&self, stored: impl IntoIterator<Item = (String, Role)>) {
+        let fresh: HashMap<String, Role> = stored.into_iter().collect();
+        *self.stored.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+    }
+
+    fn role_of(&self, hash: &str) -> Option<Role> {
+        self.configured.get(hash).copied().or_else(|| {
+            self.stored
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(hash)
+                .copied()
+        })
     }
 
     /// The role granted to the request, or the error to answer with.
@@ -70,7 +96,7 @@ impl Keys {
                 "an API key is required (Authorization: Bearer KEY or X-Api-Key)",
             ));
         };
-        let Some(&role) = self.by_hash.get(&hash_key(&key)) else {
+        let Some(role) = self.role_of(&hash_key(&key)) else {
             return Err(ApiError::unauthorized("unknown API key"));
         };
         if role < need {

@@ -1,18 +1,43 @@
 //! Probes, metrics, the OpenAPI document and the offline docs page.
 
 use actix_web::{web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::{ApiError, AppState};
 
+/// Liveness answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"status": "ok"}))]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// Readiness answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"status": "ready", "backend": "sqlite", "model_version": 3}))]
+pub struct Ready {
+    /// Always `ready` (an unready service answers 503 with a problem document).
+    pub status: String,
+    /// `sqlite` or `postgres`.
+    pub backend: String,
+    /// Release id of the served model (null: nothing published yet).
+    pub model_version: Option<i64>,
+}
+
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "Alive")))]
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "healthz",
+    responses((status = 200, description = "Alive", body = Health)))]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
+    HttpResponse::Ok().json(Health {
+        status: "ok".into(),
+    })
 }
 
 /// Readiness: the store answers a query.
-#[utoipa::path(get, path = "/readyz", tag = "ops", responses(
-    (status = 200, description = "Ready"),
+#[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "readyz", responses(
+    (status = 200, description = "Ready", body = Ready),
     (status = 503, description = "Store unreachable", body = super::Problem, content_type = "application/problem+json")))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     state.store.ping().await.map_err(|e| {
@@ -20,15 +45,15 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         log::warn!("readyz: store unreachable: {e}");
         ApiError::unavailable("store unreachable")
     })?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "status": "ready",
-        "backend": state.store.backend().name(),
-        "model_version": state.registry.current().map(|p| p.release_id),
-    })))
+    Ok(HttpResponse::Ok().json(Ready {
+        status: "ready".into(),
+        backend: state.store.backend().name().into(),
+        model_version: state.registry.current().map(|p| p.release_id),
+    }))
 }
 
 /// Prometheus metrics (text format; names in docs/METRICS.md).
-#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
@@ -36,7 +61,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "ops", responses((status = 200, description = "OpenAPI 3.1 document")))]
+#[utoipa::path(get, path = "/openapi.json", tag = "ops", operation_id = "openapi",
+    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
 pub async fn openapi_json() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
@@ -44,7 +70,7 @@ pub async fn openapi_json() -> HttpResponse {
 }
 
 /// Self-contained HTML page that renders /openapi.json (no network access needed).
-#[utoipa::path(get, path = "/docs", tag = "ops", responses((status = 200, description = "HTML", content_type = "text/html")))]
+#[utoipa::path(get, path = "/docs", tag = "ops", operation_id = "docs", responses((status = 200, description = "HTML", content_type = "text/html")))]
 pub async fn docs() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

@@ -1,14 +1,14 @@
 //! Releases and downloads of the published DP profiles.
 
 use actix_web::{web, HttpResponse};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::ReaderKey;
 use super::{path_id, ApiError, AppState, Page};
 use crate::store::ReleaseRow;
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Release {
     pub id: i64,
     pub trainer: String,
@@ -16,8 +16,8 @@ pub struct Release {
     pub params: serde_json::Value,
     /// `proven` or `non-private`.
     pub guarantee: String,
-    /// Mechanisms with parameters, unit and neighbour relation.
-    #[schema(value_type = Object)]
+    /// Mechanisms with parameters, unit and neighbour relation (one object each).
+    #[schema(value_type = Vec<Object>)]
     pub mechanisms: serde_json::Value,
     pub popularity_eps: f64,
     pub n_ratings: i64,
@@ -45,7 +45,7 @@ impl From<ReleaseRow> for Release {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReleaseList {
     pub limit: i64,
     pub offset: i64,
@@ -53,7 +53,7 @@ pub struct ReleaseList {
 }
 
 /// All releases, newest first.
-#[utoipa::path(get, path = "/v1/models", tag = "models", params(Page),
+#[utoipa::path(get, path = "/v1/models", tag = "models", operation_id = "list_models", params(Page),
     responses((status = 200, body = ReleaseList)), security(("api_key" = [])))]
 pub async fn list(
     _auth: ReaderKey,
@@ -69,7 +69,7 @@ pub async fn list(
     }))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CurrentModel {
     pub release: Release,
     /// Seconds since the served release was published.
@@ -77,7 +77,7 @@ pub struct CurrentModel {
 }
 
 /// The served release.
-#[utoipa::path(get, path = "/v1/models/current", tag = "models",
+#[utoipa::path(get, path = "/v1/models/current", tag = "models", operation_id = "current_model",
     responses((status = 200, body = CurrentModel),
         (status = 404, description = "Nothing published yet", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
@@ -100,7 +100,7 @@ pub async fn current(
     }))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ItemProfile {
     pub item: String,
     pub bias: f64,
@@ -109,7 +109,7 @@ pub struct ItemProfile {
     pub popularity: i64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ItemProfiles {
     pub model_version: i64,
     pub guarantee: String,
@@ -154,7 +154,7 @@ pub async fn item_profiles(
     }))
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserProfile {
     pub user: String,
     pub model_version: i64,

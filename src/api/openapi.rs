@@ -2,7 +2,9 @@
 //! copy is openapi/openapi.json (`cargo run -- openapi > openapi/openapi.json`); a test
 //! fails when it drifts.
 
+use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{admin, health, models, problem, ratings, recommend, users};
@@ -20,6 +22,83 @@ impl Modify for Security {
             "x_api_key",
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Api-Key"))),
         );
+    }
+}
+
+/// The errors every operation of a kind can answer, added to each operation that does not
+/// document them itself, so a new endpoint cannot forget them (a generated client then
+/// decodes them as `Problem` instead of raising on an unexpected status):
+/// - with a security requirement: 401 (no or unknown key) and 403 (role too low);
+/// - with path or query parameters: 422 (a parameter fails to parse or is out of range);
+/// - with a JSON request body: 400, 413, 415 and 422 (see `json_body`);
+/// - under `/v1`: 500 (store or internal error).
+struct StandardErrors;
+
+fn problem_response(description: &str) -> RefOr<utoipa::openapi::Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+fn add_standard_errors(path: &str, op: &mut Operation) {
+    let mut wanted: Vec<(&str, &str)> = Vec::new();
+    if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+        wanted.push(("401", "No API key, or an unknown one"));
+        wanted.push((
+            "403",
+            "The key's role is too low for this operation (reader < writer < admin)",
+        ));
+    }
+    if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
+        wanted.push((
+            "422",
+            "Invalid path or query parameter (the problem's `field` names it)",
+        ));
+    }
+    if op.request_body.is_some() {
+        wanted.push(("400", "Malformed JSON"));
+        wanted.push(("413", "Body too large"));
+        wanted.push(("415", "Content-Type is not application/json"));
+        wanted.push((
+            "422",
+            "Invalid field (the problem's `field` is its JSON path)",
+        ));
+    }
+    if path.starts_with("/v1/") {
+        wanted.push(("500", "Store or internal error"));
+    }
+    for (status, description) in wanted {
+        op.responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| problem_response(description));
+    }
+}
+
+impl Modify for StandardErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                add_standard_errors(path, op);
+            }
+        }
     }
 }
 
@@ -41,7 +120,7 @@ impl Modify for Security {
         health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
     ),
     components(schemas(problem::Problem)),
-    modifiers(&Security),
+    modifiers(&Security, &StandardErrors),
     tags(
         (name = "ratings", description = "Ingestion and deletion of ratings"),
         (name = "users", description = "Privacy settings, deletion and the budget audit"),

@@ -2,13 +2,13 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
 /// An RFC 7807 problem document.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"type": "about:blank", "title": "Invalid field", "status": 422,
     "detail": "eps must be > 0 and <= 10, got 0", "field": "ratings[3].eps"}))]
 pub struct Problem {

@@ -31,7 +31,7 @@ pub struct RatingBatch {
     pub ratings: Vec<RatingIn>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct IngestResult {
     /// Ratings stored (new and re-rated).
     pub accepted: usize,

@@ -20,14 +20,14 @@ pub struct RecommendQuery {
     pub include_rated: Option<bool>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ScoredItem {
     pub item: String,
     /// Published score (theta_u . v_j + biases), or the DP popularity count in fallback.
     pub score: f64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"user": "u1", "model_version": 3, "guarantee": "proven",
     "fallback": false, "source": "profile", "items": [{"item": "i7", "score": 4.2}]}))]
 pub struct Recommendations {
@@ -121,7 +121,7 @@ pub struct SimilarQuery {
     pub n: Option<usize>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SimilarItems {
     pub item: String,
     pub model_version: i64,
@@ -130,7 +130,7 @@ pub struct SimilarItems {
 }
 
 /// Items similar to an item by cosine similarity of the published DP item profiles.
-#[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations",
+#[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations", operation_id = "similar_items",
     params(("item" = String, Path), SimilarQuery),
     responses((status = 200, body = SimilarItems),
         (status = 404, description = "Item not in the served model", body = super::Problem, content_type = "application/problem+json")),

@@ -9,7 +9,7 @@ use super::domain::{Delta, Epsilon};
 use super::{json_body, path_id, ApiError, AppState, Page};
 use crate::accountant::RenyiFilter;
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserSettings {
     pub user: String,
     /// eps_ij given to this user's new ratings sent without eps (null: service default).
@@ -133,20 +133,20 @@ pub async fn delete_user(
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Budget {
     pub eps: f64,
     pub delta: f64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RdpPoint {
     pub order: f64,
     /// Consumed RDP at this order (null: unbounded).
     pub rdp: Option<f64>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Spent {
     /// eps at delta_u of the consumed RDP curve (improved conversion), as if the charges
     /// had been fixed in advance.
@@ -162,7 +162,7 @@ pub struct Spent {
     pub curve: Vec<RdpPoint>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RatingBudgetView {
     pub item: String,
     pub eps: f64,
@@ -174,19 +174,19 @@ pub struct RatingBudgetView {
     pub status: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReleaseChargeView {
     pub release_id: i64,
     pub trainer: String,
     pub guarantee: String,
     pub created_at: i64,
-    /// Mechanisms with parameters, unit and neighbour relation.
-    #[schema(value_type = Object)]
+    /// Mechanisms with parameters, unit and neighbour relation (one object each).
+    #[schema(value_type = Vec<Object>)]
     pub mechanisms: serde_json::Value,
     #[schema(value_type = Object)]
     pub params: serde_json::Value,
-    /// RDP events charged to the user's filter by this release.
-    #[schema(value_type = Object)]
+    /// RDP events charged to the user's filter by this release (one object each).
+    #[schema(value_type = Vec<Object>)]
     pub events: serde_json::Value,
     /// The order at which the filter admitted the charge.
     pub admitted_order: f64,
@@ -195,7 +195,7 @@ pub struct ReleaseChargeView {
     pub rating_eps_total: f64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Paged<T> {
     pub total: i64,
     pub limit: i64,
@@ -203,7 +203,7 @@ pub struct Paged<T> {
     pub entries: Vec<T>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Audit {
     pub user: String,
     pub deleted: bool,

@@ -29,8 +29,12 @@ pub enum FoldScheme {
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
     /// MovieLens directory (u.data, ratings.dat or ratings.csv, and u1..u5 splits) or a
-    /// ratings file.
-    #[arg(long, default_value = "../shared/datasets/ml-100k")]
+    /// ratings file; a relative path is relative to the working directory.
+    #[arg(
+        long,
+        env = "DPREC_ML100K_DIR",
+        default_value = "../shared/datasets/ml-100k"
+    )]
     pub data: PathBuf,
     /// Format of the ratings file [default: detected from name and first line].
     #[arg(long, value_enum)]
@@ -171,6 +175,7 @@ fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    super::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
     let sweep = parse_sweep(&args)?;
     // Build every trainer first, so a bad parameter fails before any work is done.
     let mut jobs = Vec::new();
@@ -303,6 +308,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         runs,
     };
     if let Some(path) = &args.out {
+        super::create_parent(path)?;
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
@@ -311,6 +317,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .title
             .clone()
             .unwrap_or_else(|| format!("dprec eval on {}", args.data.display()));
+        super::create_parent(path)?;
         plot::write_svg(&report.runs, &title, path, args.plot_metric)
             .with_context(|| format!("writing {}", path.display()))?;
     }

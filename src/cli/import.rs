@@ -37,6 +37,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch must be >= 1");
     }
+    super::require_input(&args.path, "the MovieLens path")?;
     let file = if args.path.is_dir() {
         movielens::ratings_file(&args.path)?
     } else {

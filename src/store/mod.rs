@@ -11,6 +11,14 @@ mod migrations;
 mod ratings;
 mod releases;
 
+/// A database URL with its credentials hidden, for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
 pub use audit::{RatingAuditRow, UserReleaseCharge};
 pub use jobs::JobRow;
 pub use releases::{
@@ -234,10 +242,13 @@ impl Store {
                 })
             });
         }
-        let pool = pool
-            .connect_with(opts)
-            .await
-            .with_context(|| format!("connecting to the {} database", backend.name()))?;
+        let pool = pool.connect_with(opts).await.with_context(|| {
+            format!(
+                "connecting to the {} database at {} (database.url or DATABASE_URL)",
+                backend.name(),
+                redact_url(&url)
+            )
+        })?;
         let store = Self { pool, backend };
         migrations::run(&store.pool, backend)
             .await

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn scheduler_retrains_when_enough_new_ratings(url: &str) {
     let mut s = settings(url);
@@ -101,9 +101,9 @@ async fn abandoned_jobs_are_failed_at_start(url: &str) {
         .unwrap();
     app.stop().await;
     let again = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    let (_, job) = again.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
-    assert_eq!(job["status"], "failed", "{job}");
-    assert!(job["reason"].as_str().unwrap().contains("abandoned"));
+    let job = again.job(id).await;
+    assert_eq!(job.status, "failed", "{job:?}");
+    assert!(job.reason.as_deref().unwrap().contains("abandoned"));
     again.stop().await;
 }
 both_backends!(abandoned_jobs_are_failed_at_start);

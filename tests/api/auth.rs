@@ -5,9 +5,9 @@ use dprec::config::AuthMode;
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn keys_and_roles(url: &str) {
     let (t, _) = FakeDp::gaussian(5.0);
@@ -15,14 +15,10 @@ async fn keys_and_roles(url: &str) {
     let body = json!({"ratings": [{"user": "u", "item": "i", "rating": 3.0}]});
     // No key, bad key: 401 with problem+json.
     let r = app
-        .client
-        .post(app.url("/v1/ratings"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    assert_eq!(r.headers()["content-type"], "application/problem+json");
+        .send(app.client.post(app.url("/v1/ratings")).json(&body))
+        .await;
+    let (st, p) = r.problem();
+    assert_eq!(st, 401, "{p:?}");
     let (st, _) = app.post("/v1/ratings", "wrong-key-wrong-key", &body).await;
     assert_eq!(st, 401);
     // Reader cannot write, writer cannot administer.
@@ -34,14 +30,14 @@ async fn keys_and_roles(url: &str) {
     assert_eq!(st, 403);
     // X-Api-Key works too; higher roles include lower ones.
     let r = app
-        .client
-        .post(app.url("/v1/ratings"))
-        .header("X-Api-Key", ADMIN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+        .send(
+            app.client
+                .post(app.url("/v1/ratings"))
+                .header("X-Api-Key", ADMIN)
+                .json(&body),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
     let (st, _) = app.get("/v1/users/u/budget", WRITER).await;
     assert_eq!(st, 200);
     let (st, _) = app.get("/v1/users/u/budget", "").await;
@@ -105,5 +101,55 @@ async fn startup_refusals() {
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     let (st, _) = app.get("/v1/models", "").await;
     assert_eq!(st, 200);
+    app.stop().await;
+}
+
+/// A port in use fails before the first-start admin key is generated (it is shown once),
+/// and a key revoked in the database stops working on a running server after the reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_before_keys_and_revocation_reaches_the_server() {
+    let db = TestDb::new(Kind::Sqlite, "bind_before_keys").await.unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut s = settings(&db.url);
+    s.auth.keys.clear();
+    s.server.bind = taken.local_addr().unwrap().to_string();
+    let (t, _) = FakeDp::gaussian(5.0);
+    let e = TestApp::try_spawn(s.clone(), Some(t.clone()), Hooks::default())
+        .await
+        .err()
+        .expect("the port is taken");
+    assert!(format!("{e:#}").contains("cannot listen on"), "{e:#}");
+    // Nothing was generated: the next start (on a free port) makes the first key.
+    s.server.bind = "127.0.0.1:0".into();
+    s.scheduler.reload_secs = 1;
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    let admin = app
+        .bootstrap_key
+        .clone()
+        .expect("first start generates a key");
+    // A key created in the database while the server runs, then revoked.
+    let extra = "a-reader-key-created-later-0123";
+    let hash = dprec::api::auth::hash_key(extra);
+    app.store.insert_api_key(&hash, "reader").await.unwrap();
+    let mut ok = false;
+    for _ in 0..50 {
+        if app.get("/v1/models", extra).await.0 == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(ok, "a created key is picked up within reload_secs");
+    assert!(app.store.delete_api_key(&hash).await.unwrap());
+    let mut revoked = false;
+    for _ in 0..50 {
+        if app.get("/v1/models", extra).await.0 == 401 {
+            revoked = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(revoked, "a revoked key stops working within reload_secs");
+    assert_eq!(app.get("/v1/models", &admin).await.0, 200);
     app.stop().await;
 }

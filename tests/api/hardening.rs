@@ -6,8 +6,8 @@ use std::sync::Arc;
 use dprec::retrain::Hooks;
 use serde_json::json;
 
-use crate::fake::FakeDp;
-use crate::helpers::*;
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 
 async fn spawn(name: &str) -> (TestDb, TestApp) {
     let db = TestDb::new(Kind::Sqlite, name).await.unwrap();

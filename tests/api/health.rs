@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use dprec::retrain::Hooks;
 
-use crate::fake::FakeDp;
-use crate::helpers::*;
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_metrics_docs_and_unknown_routes() {
@@ -17,9 +17,9 @@ async fn probes_metrics_docs_and_unknown_routes() {
     let (st, body) = app.get("/readyz", "").await;
     assert_eq!((st, body["backend"].as_str()), (200, Some("sqlite")));
     app.ingest(&[("u1", "i1", 4.0, None)]).await;
-    let r = app.client.get(app.url("/metrics")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
+    let r = app.send(app.client.get(app.url("/metrics"))).await;
+    assert_eq!(r.status, 200);
+    let text = r.text;
     for name in [
         "dprec_http_requests_total",
         "dprec_http_request_duration_seconds",
@@ -30,27 +30,21 @@ async fn probes_metrics_docs_and_unknown_routes() {
         assert!(text.contains(name), "missing {name}");
     }
     assert!(text.contains("route=\"/v1/ratings\""), "{text}");
-    let r = app.client.get(app.url("/docs")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let html = r.text().await.unwrap();
+    let r = app.send(app.client.get(app.url("/docs"))).await;
+    assert_eq!(r.status, 200);
+    let html = r.text;
     assert!(
         html.contains("/openapi.json") && !html.contains("http://") && !html.contains("https://")
     );
     let (st, spec) = app.get("/openapi.json", "").await;
     assert_eq!(st, 200);
     assert!(spec["paths"]["/v1/ratings"]["post"].is_object());
-    let r = app.client.get(app.url("/v1/ratings")).send().await.unwrap();
-    assert_eq!(r.status(), 405);
-    assert_eq!(
-        r.headers()["content-type"].to_str().unwrap(),
-        "application/problem+json"
-    );
-    let r = app.client.get(app.url("/v2/nothing")).send().await.unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(
-        r.headers()["content-type"].to_str().unwrap(),
-        "application/problem+json"
-    );
+    let r = app.send(app.client.get(app.url("/v1/ratings"))).await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.content_type.as_deref(), Some("application/problem+json"));
+    let r = app.send(app.client.get(app.url("/v2/nothing"))).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.content_type.as_deref(), Some("application/problem+json"));
     app.stop().await;
 }
 

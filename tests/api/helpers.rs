@@ -1,5 +1,8 @@
 //! Spawns the real service on 127.0.0.1:0 over SQLite (temp file) or PostgreSQL (a
-//! uniquely named database created and dropped by the test).
+//! uniquely named database created and dropped by the test), and talks to it over HTTP.
+//! Every response goes through [`TestApp::send`], which checks it against the committed
+//! openapi/openapi.json (`helpers/spec.rs`); the typed helpers (`app.audit(user, "")`,
+//! `app.retrain()`, ...) return the API's own response types.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +12,16 @@ use dprec::retrain::Hooks;
 use dprec::startup::Application;
 use dprec::store::Store;
 use dprec::train::Trainer;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+pub use dprec::api::admin::Job;
+pub use dprec::api::models::{CurrentModel, ItemProfiles, ReleaseList};
+pub use dprec::api::recommend::{Recommendations, SimilarItems};
+pub use dprec::api::users::{Audit, UserSettings};
+pub use dprec::api::Problem;
+
+mod spec;
 
 pub const ADMIN: &str = "test-admin-key-0123456789";
 pub const WRITER: &str = "test-writer-key-0123456789";
@@ -209,50 +221,121 @@ impl TestApp {
         format!("{}{}", self.base, path)
     }
 
+    /// Sends a request built on `self.client` and checks the response against the
+    /// committed OpenAPI document ([`spec::check_response`]): every response a test
+    /// receives goes through here.
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Raw {
+        let req = req.build().expect("request builds");
+        let method = req.method().to_string();
+        let path = match req.url().query() {
+            Some(q) => format!("{}?{q}", req.url().path()),
+            None => req.url().path().to_string(),
+        };
+        let r = self.client.execute(req).await.expect("request sent");
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let text = r.text().await.expect("response body");
+        spec::check_response(&method, &path, status, content_type.as_deref(), &text);
+        Raw {
+            status,
+            content_type,
+            text,
+        }
+    }
+
+    /// `key` empty: no Authorization header.
+    fn with_key(req: reqwest::RequestBuilder, key: &str) -> reqwest::RequestBuilder {
+        if key.is_empty() {
+            req
+        } else {
+            req.bearer_auth(key)
+        }
+    }
+
     pub async fn get(&self, path: &str, key: &str) -> (u16, Value) {
-        let r = self
-            .client
-            .get(self.url(path))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        status_json(r).await
+        let req = Self::with_key(self.client.get(self.url(path)), key);
+        self.send(req).await.status_json()
     }
 
     pub async fn post(&self, path: &str, key: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .bearer_auth(key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        status_json(r).await
+        let req = Self::with_key(self.client.post(self.url(path)), key).json(body);
+        self.send(req).await.status_json()
     }
 
     pub async fn put(&self, path: &str, key: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .client
-            .put(self.url(path))
-            .bearer_auth(key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        status_json(r).await
+        let req = Self::with_key(self.client.put(self.url(path)), key).json(body);
+        self.send(req).await.status_json()
     }
 
     pub async fn delete(&self, path: &str, key: &str) -> (u16, Value) {
-        let r = self
-            .client
-            .delete(self.url(path))
-            .bearer_auth(key)
-            .send()
+        let req = Self::with_key(self.client.delete(self.url(path)), key);
+        self.send(req).await.status_json()
+    }
+
+    /// GET that must answer 200; the body as the API's own response type.
+    pub async fn get_ok<T: DeserializeOwned>(&self, path: &str, key: &str) -> T {
+        let req = Self::with_key(self.client.get(self.url(path)), key);
+        self.send(req).await.ok()
+    }
+
+    /// GET that must fail; the status and the problem document.
+    pub async fn get_problem(&self, path: &str, key: &str) -> (u16, Problem) {
+        let req = Self::with_key(self.client.get(self.url(path)), key);
+        self.send(req).await.problem()
+    }
+
+    /// `GET /v1/users/{user}/budget` (reader key); `query` e.g. `"limit=1"` or `""`.
+    pub async fn audit(&self, user: &str, query: &str) -> Audit {
+        self.get_ok(
+            &with_query(&format!("/v1/users/{user}/budget"), query),
+            READER,
+        )
+        .await
+    }
+
+    /// `GET /v1/users/{user}/recommendations` (reader key); `query` e.g. `"n=5"`.
+    pub async fn recommendations(&self, user: &str, query: &str) -> Recommendations {
+        self.get_ok(
+            &with_query(&format!("/v1/users/{user}/recommendations"), query),
+            READER,
+        )
+        .await
+    }
+
+    /// `GET /v1/items/{item}/similar?n=N` (reader key).
+    pub async fn similar(&self, item: &str, n: usize) -> SimilarItems {
+        self.get_ok(&format!("/v1/items/{item}/similar?n={n}"), READER)
             .await
-            .unwrap();
-        status_json(r).await
+    }
+
+    /// `GET /v1/users/{user}/settings` (reader key).
+    pub async fn user_settings(&self, user: &str) -> UserSettings {
+        self.get_ok(&format!("/v1/users/{user}/settings"), READER)
+            .await
+    }
+
+    /// `GET /v1/models` (reader key); `query` e.g. `"limit=1&offset=1"`.
+    pub async fn models(&self, query: &str) -> ReleaseList {
+        self.get_ok(&with_query("/v1/models", query), READER).await
+    }
+
+    /// `GET /v1/models/current` (reader key).
+    pub async fn current_model(&self) -> CurrentModel {
+        self.get_ok("/v1/models/current", READER).await
+    }
+
+    /// `GET /v1/models/current/items` (reader key).
+    pub async fn item_profiles(&self) -> ItemProfiles {
+        self.get_ok("/v1/models/current/items", READER).await
+    }
+
+    /// `GET /v1/admin/jobs/{id}` (admin key).
+    pub async fn job(&self, id: i64) -> Job {
+        self.get_ok(&format!("/v1/admin/jobs/{id}"), ADMIN).await
     }
 
     /// Ingests `(user, item, rating, eps)` tuples; panics unless 200.
@@ -280,20 +363,23 @@ impl TestApp {
     }
 
     /// Triggers a retrain and waits for the job to finish; returns the job.
-    pub async fn retrain(&self) -> Value {
-        let (st, job) = self
-            .post("/v1/admin/retrain", ADMIN, &serde_json::json!({}))
-            .await;
-        assert_eq!(st, 202, "{job}");
-        let id = job["id"].as_i64().unwrap();
-        self.wait_job(id).await
+    pub async fn retrain(&self) -> Job {
+        let req = self
+            .client
+            .post(self.url("/v1/admin/retrain"))
+            .bearer_auth(ADMIN)
+            .json(&serde_json::json!({}));
+        let r = self.send(req).await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let job: Job = serde_json::from_str(&r.text).expect("a job");
+        self.wait_job(job.id).await
     }
 
-    pub async fn wait_job(&self, id: i64) -> Value {
+    /// Polls a job until it is no longer `running`.
+    pub async fn wait_job(&self, id: i64) -> Job {
         for _ in 0..600 {
-            let (st, job) = self.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
-            assert_eq!(st, 200);
-            if job["status"] != "running" {
+            let job = self.job(id).await;
+            if job.status != "running" {
                 return job;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -302,15 +388,66 @@ impl TestApp {
     }
 }
 
-pub async fn status_json(r: reqwest::Response) -> (u16, Value) {
-    let st = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    let v = if text.is_empty() {
-        Value::Null
+/// `path?query`, or `path` when `query` is empty.
+fn with_query(path: &str, query: &str) -> String {
+    if query.is_empty() {
+        path.to_string()
     } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
-    (st, v)
+        format!("{path}?{query}")
+    }
+}
+
+/// A response, already checked against the spec.
+pub struct Raw {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub text: String,
+}
+
+impl Raw {
+    /// The body as JSON (`Null` when empty, a JSON string when not JSON).
+    pub fn json(&self) -> Value {
+        if self.text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&self.text).unwrap_or(Value::String(self.text.clone()))
+        }
+    }
+
+    pub fn status_json(self) -> (u16, Value) {
+        (self.status, self.json())
+    }
+
+    /// Asserts 200 and decodes the body as `T`.
+    pub fn ok<T: DeserializeOwned>(self) -> T {
+        assert_eq!(self.status, 200, "{}", self.text);
+        serde_json::from_str(&self.text).unwrap_or_else(|e| {
+            panic!(
+                "decoding {}: {e}: {}",
+                std::any::type_name::<T>(),
+                self.text
+            )
+        })
+    }
+
+    /// Asserts a problem+json error and decodes it.
+    pub fn problem(self) -> (u16, Problem) {
+        assert!(
+            self.status >= 400,
+            "expected an error, got {}: {}",
+            self.status,
+            self.text
+        );
+        assert_eq!(
+            self.content_type.as_deref(),
+            Some("application/problem+json"),
+            "{}",
+            self.text
+        );
+        let p: Problem = serde_json::from_str(&self.text).expect("a problem document");
+        assert_eq!(p.status, self.status, "{}", self.text);
+        (self.status, p)
+    }
 }
 
 /// Runs a test body once per backend. The body gets the database URL.
@@ -320,18 +457,22 @@ macro_rules! both_backends {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let db =
-                    $crate::helpers::TestDb::new($crate::helpers::Kind::Sqlite, stringify!($name))
-                        .await
-                        .unwrap();
+                let db = $crate::api::helpers::TestDb::new(
+                    $crate::api::helpers::Kind::Sqlite,
+                    stringify!($name),
+                )
+                .await
+                .unwrap();
                 super::$name(&db.url).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if let Some(db) =
-                    $crate::helpers::TestDb::new($crate::helpers::Kind::Postgres, stringify!($name))
-                        .await
+                if let Some(db) = $crate::api::helpers::TestDb::new(
+                    $crate::api::helpers::Kind::Postgres,
+                    stringify!($name),
+                )
+                .await
                 {
                     super::$name(&db.url).await;
                 }

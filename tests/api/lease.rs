@@ -12,8 +12,8 @@ use dprec::store::Store;
 use dprec::train::{Fitted, Guarantee, TrainData, TrainError, Trainer};
 
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 
 /// [`FakeDp`] whose fit takes `delay` (training longer than the lease).
 struct Slow {
@@ -101,13 +101,13 @@ async fn restart_takes_over_own_dead_lease(url: &str) {
     let b = TestApp::spawn(s, t as Arc<_>, Hooks::default()).await;
     ingest(&b).await;
     let job = b.retrain().await;
-    assert_ne!(job["status"], "succeeded", "{job}");
+    assert_ne!(job.status, "succeeded", "{job:?}");
     assert!(
-        job["reason"]
-            .as_str()
+        job.reason
+            .as_deref()
             .unwrap_or("")
             .contains("another instance"),
-        "{job}"
+        "{job:?}"
     );
     let (_, old) = b.get(&format!("/v1/admin/jobs/{old_job}"), ADMIN).await;
     assert_eq!(
@@ -127,7 +127,7 @@ async fn restart_takes_over_own_dead_lease(url: &str) {
         "{old}"
     );
     let job = a.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     a.stop().await;
 }
 both_backends!(restart_takes_over_own_dead_lease);
@@ -165,7 +165,7 @@ async fn lease_renewed_during_long_release(url: &str) {
     }
     assert!(checks >= 8, "{checks}");
     let job = app.wait_job(id).await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     assert!(app.store.acquire_lease("intruder#1", 1).await.unwrap());
     app.stop().await;
 }

@@ -18,9 +18,9 @@ use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
 use sqlx::Row;
 
+use crate::api::fake::{self, FakeDp};
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::{self, FakeDp};
-use crate::helpers::*;
 
 /// Checks every stored invariant directly in the database.
 pub async fn assert_ledger_invariants(store: &Store) {
@@ -158,14 +158,15 @@ async fn spend_never_exceeds_eps(url: &str) {
     let mut releases = Vec::new();
     for _ in 0..3 {
         let job = app.retrain().await;
-        assert_eq!(job["status"], "succeeded", "{job}");
-        releases.push(job["release_id"].as_i64().unwrap());
+        assert_eq!(job.status, "succeeded", "{job:?}");
+        releases.push(job.release_id.unwrap());
         assert_ledger_invariants(&app.store).await;
     }
     let job = app.retrain().await;
-    assert_eq!(job["status"], "skipped", "{job}");
-    assert!(job["reason"]
-        .as_str()
+    assert_eq!(job.status, "skipped", "{job:?}");
+    assert!(job
+        .reason
+        .as_deref()
         .unwrap()
         .contains("no rating has budget left"));
     let (_, a) = app.get("/v1/users/u1/budget", READER).await;
@@ -187,7 +188,7 @@ async fn spend_never_exceeds_eps(url: &str) {
     // New ratings still take part; exhausted ones do not.
     app.ingest(&[("u1", "fresh", 4.0, Some(1.0))]).await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, rel) = app.get("/v1/models/current", READER).await;
     assert_eq!(rel["release"]["n_ratings"], 1);
     assert_ledger_invariants(&app.store).await;
@@ -214,7 +215,7 @@ async fn user_filter_is_never_exceeded(url: &str) {
     let mut admitted = 0;
     for _ in 0..15 {
         let job = app.retrain().await;
-        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_eq!(job.status, "succeeded", "{job:?}");
         assert_ledger_invariants(&app.store).await;
         let (_, a) = app.get("/v1/users/u1/budget", READER).await;
         let filter_eps = a["spent"]["filter_eps"].as_f64().unwrap();
@@ -265,8 +266,8 @@ async fn crashes_leave_nothing_behind(url: &str) {
     let app = TestApp::spawn(settings(url), t, hooks).await;
     ingest_grid(&app, 3, 4, 1.0).await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded");
-    let first = job["release_id"].as_i64().unwrap();
+    assert_eq!(job.status, "succeeded");
+    let first = job.release_id.unwrap();
     let counts = app.store.counts().await.unwrap();
     let print = app.store.fingerprint().await.unwrap();
     type Arm<'a> = Box<dyn Fn() + 'a>;
@@ -298,8 +299,8 @@ async fn crashes_leave_nothing_behind(url: &str) {
         fail_inside.store(false, Ordering::SeqCst);
         arm();
         let job = app.retrain().await;
-        assert_eq!(job["status"], "failed", "{name}: {job}");
-        assert!(job["reason"].is_string(), "{name}");
+        assert_eq!(job.status, "failed", "{name}: {job:?}");
+        assert!(job.reason.is_some(), "{name}");
         assert_eq!(app.store.counts().await.unwrap(), counts, "{name}");
         assert_eq!(app.store.fingerprint().await.unwrap(), print, "{name}");
         assert_eq!(
@@ -313,7 +314,7 @@ async fn crashes_leave_nothing_behind(url: &str) {
     fail_before.store(false, Ordering::SeqCst);
     fail_inside.store(false, Ordering::SeqCst);
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     app.stop().await;
 }
 both_backends!(crashes_leave_nothing_behind);
@@ -330,8 +331,8 @@ async fn two_instances_never_overspend(url: &str) {
     for _ in 0..4 {
         let (ja, jb) = tokio::join!(a.retrain(), b.retrain());
         for j in [&ja, &jb] {
-            assert_ne!(j["status"], "failed", "{j}");
-            if j["status"] == "succeeded" {
+            assert_ne!(j.status, "failed", "{j:?}");
+            if j.status == "succeeded" {
                 published += 1;
             }
         }
@@ -417,7 +418,7 @@ async fn non_private_release_charges_nothing(url: &str) {
     let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
     ingest_grid(&app, 3, 4, 1.0).await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, cur) = app.get("/v1/models/current", READER).await;
     assert_eq!(cur["release"]["guarantee"], "non-private");
     let c = app.store.counts().await.unwrap();
@@ -461,7 +462,7 @@ async fn large_release(url: &str) {
     let ingest = started.elapsed();
     let started = std::time::Instant::now();
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     eprintln!(
         "large_release [{}]: {} ratings ingested in {:.1} s, release in {:.1} s",
         app.store.backend().name(),
@@ -477,9 +478,10 @@ mod large_release_timing {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "timing run"]
     async fn sqlite() {
-        let db = crate::helpers::TestDb::new(crate::helpers::Kind::Sqlite, "large_release")
-            .await
-            .unwrap();
+        let db =
+            crate::api::helpers::TestDb::new(crate::api::helpers::Kind::Sqlite, "large_release")
+                .await
+                .unwrap();
         super::large_release(&db.url).await;
     }
 
@@ -487,7 +489,8 @@ mod large_release_timing {
     #[ignore = "timing run"]
     async fn postgres() {
         if let Some(db) =
-            crate::helpers::TestDb::new(crate::helpers::Kind::Postgres, "large_release").await
+            crate::api::helpers::TestDb::new(crate::api::helpers::Kind::Postgres, "large_release")
+                .await
         {
             super::large_release(&db.url).await;
         }

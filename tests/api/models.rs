@@ -3,9 +3,9 @@
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn releases_downloads_and_restart(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
@@ -21,45 +21,41 @@ async fn releases_downloads_and_restart(url: &str) {
     let j1 = app.retrain().await;
     let j2 = app.retrain().await;
     assert_eq!(
-        (j1["status"].as_str(), j2["status"].as_str()),
-        (Some("succeeded"), Some("succeeded"))
+        (j1.status.as_str(), j2.status.as_str()),
+        ("succeeded", "succeeded")
     );
-    let (st, list) = app.get("/v1/models?limit=10", READER).await;
-    assert_eq!(st, 200);
-    let rel = list["releases"].as_array().unwrap();
+    let list = app.models("limit=10").await;
+    let rel = &list.releases;
     assert_eq!(rel.len(), 2);
-    assert_eq!(rel[0]["id"], j2["release_id"]);
-    assert_eq!(rel[0]["guarantee"], "proven");
-    assert_eq!(rel[0]["trainer"], "fake-dp");
-    let (_, page) = app.get("/v1/models?limit=1&offset=1", READER).await;
-    assert_eq!(page["releases"][0]["id"], j1["release_id"]);
-    let (st, cur) = app.get("/v1/models/current", READER).await;
-    assert_eq!(st, 200);
-    assert_eq!(cur["release"]["id"], j2["release_id"]);
-    let (st, items) = app.get("/v1/models/current/items", READER).await;
-    assert_eq!(st, 200);
-    assert_eq!(items["rank"], 2);
-    assert_eq!(items["items"].as_array().unwrap().len(), 2);
-    assert_eq!(items["items"][0]["factors"].as_array().unwrap().len(), 2);
+    assert_eq!(Some(rel[0].id), j2.release_id);
+    assert_eq!(rel[0].guarantee, "proven");
+    assert_eq!(rel[0].trainer, "fake-dp");
+    let page = app.models("limit=1&offset=1").await;
+    assert_eq!(Some(page.releases[0].id), j1.release_id);
+    let cur = app.current_model().await;
+    assert_eq!(Some(cur.release.id), j2.release_id);
+    let items = app.item_profiles().await;
+    assert_eq!(items.rank, 2);
+    assert_eq!(items.items.len(), 2);
+    assert_eq!(items.items[0].factors.len(), 2);
     let (st, prof) = app.get("/v1/models/current/users/u2", READER).await;
     assert_eq!(st, 200, "{prof}");
     assert_eq!(prof["factors"].as_array().unwrap().len(), 2);
-    let (st, _) = app.get("/v1/models/current/users/nobody", READER).await;
-    assert_eq!(st, 404);
-    let (st, job) = app
-        .get(&format!("/v1/admin/jobs/{}", j1["id"]), ADMIN)
+    let (st, _) = app
+        .get_problem("/v1/models/current/users/nobody", READER)
         .await;
-    assert_eq!((st, job["kind"].as_str()), (200, Some("admin")));
-    let (st, _) = app.get("/v1/admin/jobs/99999", ADMIN).await;
+    assert_eq!(st, 404);
+    let job = app.job(j1.id).await;
+    assert_eq!(job.kind, "admin");
+    let (st, _) = app.get_problem("/v1/admin/jobs/99999", ADMIN).await;
     assert_eq!(st, 404);
     let (_, rec_before) = app.get("/v1/users/u1/recommendations", READER).await;
     app.stop().await;
 
     // A restart serves the last published model without retraining.
     let again = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    let (st, cur) = again.get("/v1/models/current", READER).await;
-    assert_eq!(st, 200);
-    assert_eq!(cur["release"]["id"], j2["release_id"]);
+    let cur = again.current_model().await;
+    assert_eq!(Some(cur.release.id), j2.release_id);
     let (_, rec_after) = again.get("/v1/users/u1/recommendations", READER).await;
     assert_eq!(rec_before, rec_after);
     again.stop().await;
@@ -76,7 +72,7 @@ async fn replicas_serve_the_newest_release(url: &str) {
     a.ingest(&[("u1", "a", 4.0, None), ("u2", "b", 3.0, None)])
         .await;
     let job = a.retrain().await;
-    let id = job["release_id"].as_i64().unwrap();
+    let id = job.release_id.unwrap();
     let mut seen = None;
     for _ in 0..50 {
         seen = b.app_registry.current().map(|p| p.release_id);

@@ -4,9 +4,9 @@
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 fn good(i: usize) -> serde_json::Value {
     json!({"user": format!("u{i}"), "item": format!("i{i}"), "rating": 4.0, "eps": 0.5})
@@ -224,13 +224,10 @@ async fn bad_input_table(url: &str) {
         if !ct.is_empty() {
             req = req.header("content-type", ct);
         }
-        let r = req.send().await.unwrap();
-        let got = r.status().as_u16();
-        let ctype = r
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_string());
-        let (_, p) = status_json(r).await;
+        let r = app.send(req).await;
+        let got = r.status;
+        let ctype = r.content_type.clone();
+        let (_, p) = r.status_json();
         assert_eq!(got, status, "{case}: {p}");
         assert_eq!(ctype.as_deref(), Some("application/problem+json"), "{case}");
         assert_eq!(p["status"].as_u64(), Some(status as u64), "{case}: {p}");
@@ -271,7 +268,7 @@ async fn rerating_keeps_budget_slot(url: &str) {
     app.ingest(&[("u1", "i1", 4.0, Some(1.0)), ("u1", "i2", 2.0, Some(1.0))])
         .await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, a) = app.get("/v1/users/u1/budget", READER).await;
     let spent = a["ratings"]["entries"][0]["spent"].as_f64().unwrap();
     assert!(spent > 0.0);

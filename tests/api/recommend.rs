@@ -2,9 +2,9 @@
 
 use dprec::retrain::Hooks;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 /// End to end with the non-private baseline (explicit flag): ingest, retrain,
 /// recommend (excluding rated items unless asked, paginated), cold-start fallback.
@@ -27,8 +27,8 @@ async fn baseline_end_to_end(url: &str) {
     app.ingest(&r).await;
     app.ingest(&[("alice", "meh", 4.0, None)]).await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
-    let release = job["release_id"].as_i64().unwrap();
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let release = job.release_id.unwrap();
 
     let (st, rec) = app.get("/v1/users/alice/recommendations?n=2", READER).await;
     assert_eq!(st, 200, "{rec}");
@@ -108,13 +108,12 @@ async fn similar_items_and_deleted_users(url: &str) {
     ])
     .await;
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
-    let (st, sim) = app.get("/v1/items/a/similar?n=2", READER).await;
-    assert_eq!(st, 200, "{sim}");
-    assert_eq!(sim["items"].as_array().unwrap().len(), 2);
-    assert_eq!(sim["items"][0]["item"], "b", "{sim}");
-    let (_, rec) = app.get("/v1/users/u3/recommendations", READER).await;
-    assert_eq!(rec["fallback"], false);
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let sim = app.similar("a", 2).await;
+    assert_eq!(sim.items.len(), 2);
+    assert_eq!(sim.items[0].item, "b", "{sim:?}");
+    let rec = app.recommendations("u3", "").await;
+    assert!(!rec.fallback, "{rec:?}");
     let (st, _) = app.delete("/v1/users/u3", WRITER).await;
     assert_eq!(st, 204);
     // The raw data is gone; the budget slots and ledger rows stay.
@@ -126,17 +125,17 @@ async fn similar_items_and_deleted_users(url: &str) {
             .unwrap()
             .get(0);
     assert_eq!(live, 0);
-    let (_, rec) = app.get("/v1/users/u3/recommendations", READER).await;
-    assert_eq!(rec["fallback"], true, "{rec}");
-    let (_, audit) = app.get("/v1/users/u3/budget", READER).await;
-    assert_eq!(audit["deleted"], true);
-    assert!(audit["note"].as_str().unwrap().contains("deleted"));
-    assert_eq!(audit["releases"]["total"], 1, "ledger kept: {audit}");
+    let rec = app.recommendations("u3", "").await;
+    assert!(rec.fallback, "{rec:?}");
+    let audit = app.audit("u3", "").await;
+    assert!(audit.deleted);
+    assert!(audit.note.as_deref().unwrap().contains("deleted"));
+    assert_eq!(audit.releases.total, 1, "ledger kept: {audit:?}");
     let (st, _) = app.delete("/v1/users/ghost", WRITER).await;
     assert_eq!(st, 404);
     // The deleted user's data is not used by the next release.
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, cur) = app.get("/v1/models/current", READER).await;
     assert_eq!(cur["release"]["n_users"], 2);
     app.stop().await;

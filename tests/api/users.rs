@@ -3,17 +3,16 @@
 use dprec::retrain::Hooks;
 use serde_json::json;
 
+use crate::api::fake::FakeDp;
+use crate::api::helpers::*;
 use crate::both_backends;
-use crate::fake::FakeDp;
-use crate::helpers::*;
 
 async fn settings_and_audit(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);
     let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    let (st, s) = app.get("/v1/users/carol/settings", READER).await;
-    assert_eq!(st, 200);
-    assert_eq!(s["budget_eps"].as_f64(), Some(10.0));
-    assert!(s["default_eps"].is_null());
+    let s = app.user_settings("carol").await;
+    assert_eq!(s.budget_eps, 10.0);
+    assert!(s.default_eps.is_none());
     let (st, s) = app
         .put(
             "/v1/users/carol/settings",
@@ -50,7 +49,7 @@ async fn settings_and_audit(url: &str) {
     assert_eq!(a["releases"]["total"], 0);
     // After a release the audit shows the charge and the RDP spent.
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, a) = app.get("/v1/users/carol/budget?limit=1", READER).await;
     assert_eq!(a["ratings"]["total"], 2);
     assert_eq!(a["ratings"]["entries"].as_array().unwrap().len(), 1);

@@ -1,0 +1,127 @@
+"""Runs a short session through a client generated from openapi/openapi.json.
+
+Called by scripts/client_check.sh with the generated package `dprec_client` on
+PYTHONPATH and a server at $DPREC_URL. Nothing here is edited to suit the generated code:
+every call goes through the generated functions and models, and a status the spec does
+not document raises (raise_on_unexpected_status=True).
+"""
+
+import os
+import random
+import sys
+import time
+
+from dprec_client import AuthenticatedClient, Client
+from dprec_client.api.admin import get_job, retrain
+from dprec_client.api.models import current_model, list_models
+from dprec_client.api.ops import healthz, readyz
+from dprec_client.api.ratings import ingest
+from dprec_client.api.recommendations import recommendations, similar_items
+from dprec_client.api.users import audit, get_settings
+from dprec_client.models import (
+    Audit,
+    CurrentModel,
+    Health,
+    IngestResult,
+    Job,
+    Problem,
+    RatingBatch,
+    RatingIn,
+    Ready,
+    Recommendations,
+    ReleaseList,
+)
+
+URL = os.environ["DPREC_URL"]
+ADMIN = os.environ["DPREC_ADMIN_KEY"]
+READER = os.environ["DPREC_READER_KEY"]
+
+
+def client(key):
+    return AuthenticatedClient(base_url=URL, token=key, raise_on_unexpected_status=True)
+
+
+def expect(resp, status, kind):
+    assert resp.status_code == status, (resp.status_code, resp.content)
+    assert isinstance(resp.parsed, kind), (type(resp.parsed), resp.content)
+    return resp.parsed
+
+
+def main():
+    admin, reader = client(ADMIN), client(READER)
+    anon = Client(base_url=URL, raise_on_unexpected_status=True)
+    assert expect(healthz.sync_detailed(client=anon), 200, Health).status == "ok"
+    assert expect(readyz.sync_detailed(client=anon), 200, Ready).backend == "sqlite"
+
+    # Ingest: 80 users x 40 items, seeded, in batches of 500.
+    rng = random.Random(11)
+    ratings = [
+        RatingIn(user=f"u{u}", item=f"i{i}", rating=float(rng.randint(1, 5)), eps=1.0)
+        for u in range(80)
+        for i in range(40)
+        if rng.random() < 0.5
+    ]
+    for k in range(0, len(ratings), 500):
+        r = expect(
+            ingest.sync_detailed(client=admin, body=RatingBatch(ratings=ratings[k : k + 500])),
+            200,
+            IngestResult,
+        )
+        assert r.accepted == len(ratings[k : k + 500])
+    print(f"ingested {len(ratings)} ratings")
+
+    # Error cases come back as Problem documents with the documented status.
+    bad = RatingBatch(ratings=[RatingIn(user="u1", item="i1", rating=4.0), RatingIn(user="u1", item="i2", rating=9.0)])
+    p = expect(ingest.sync_detailed(client=admin, body=bad), 422, Problem)
+    assert p.field == "ratings[1].rating", p
+    p = expect(ingest.sync_detailed(client=reader, body=bad), 403, Problem)
+    p = expect(list_models.sync_detailed(client=client("not-a-key-not-a-key")), 401, Problem)
+    p = expect(retrain.sync_detailed(client=reader), 403, Problem)
+    p = expect(audit.sync_detailed("u1", client=reader, limit=0), 422, Problem)
+    assert p.field == "limit", p
+    p = expect(recommendations.sync_detailed("u1", client=reader, n=3), 503, Problem)
+    p = expect(get_job.sync_detailed(99999, client=admin), 404, Problem)
+    p = expect(current_model.sync_detailed(client=reader), 404, Problem)
+    print("error cases: 401, 403, 404, 422, 503 decoded as Problem")
+
+    # Retrain and poll the job.
+    job = expect(retrain.sync_detailed(client=admin), 202, Job)
+    deadline = time.time() + 120
+    while job.status == "running":
+        assert time.time() < deadline, "retrain did not finish in 120 s"
+        time.sleep(0.2)
+        job = expect(get_job.sync_detailed(job.id, client=admin), 200, Job)
+    assert job.status == "succeeded", job
+    print(f"job {job.id}: {job.status}, release {job.release_id}")
+
+    rec = expect(recommendations.sync_detailed("u1", client=reader, n=5), 200, Recommendations)
+    assert rec.model_version == job.release_id and len(rec.items) == 5, rec
+    new = expect(recommendations.sync_detailed("newcomer", client=reader, n=5), 200, Recommendations)
+    assert new.fallback and new.source == "popularity", new
+    sim = similar_items.sync_detailed("i1", client=reader, n=3)
+    assert sim.status_code == 200, sim.content
+    a = expect(audit.sync_detailed("u1", client=reader, limit=5), 200, Audit)
+    assert a.releases.total == 1 and len(a.releases.entries) == 1, a
+    entry = a.releases.entries[0]
+    assert len(entry.mechanisms) >= 1 and len(entry.events) >= 1, entry
+    assert a.ratings.entries[0].spent > 0, a.ratings.entries[0]
+    s = get_settings.sync_detailed("u1", client=reader)
+    assert s.status_code == 200
+    models = expect(list_models.sync_detailed(client=reader), 200, ReleaseList)
+    assert len(models.releases) == 1 and len(models.releases[0].mechanisms) >= 1
+    cur = expect(current_model.sync_detailed(client=reader), 200, CurrentModel)
+    assert cur.release.id == job.release_id
+    print(
+        f"recommendations for u1: {[i.item for i in rec.items]} (model {rec.model_version}); "
+        f"audit: {a.releases.total} release, {len(entry.events)} RDP events; "
+        f"models: {len(models.releases)}"
+    )
+    print("client check passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"client check FAILED: {e!r}", file=sys.stderr)
+        raise

@@ -1,0 +1,103 @@
+//! `dprec keys` end to end on a SQLite file, and the error messages a new user meets
+//! first (`--data` that does not exist, an environment variable with one underscore).
+
+use std::process::Command;
+
+fn dprec(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dprec"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run dprec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn keys_create_list_revoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("dprec.sqlite").display());
+    let env = [("DATABASE_URL", url.as_str())];
+    let (code, key, err) = dprec(&["keys", "create", "--role", "writer"], &env);
+    assert_eq!(code, 0, "{err}");
+    let key = key.trim();
+    assert!(key.starts_with("dprec_") && key.len() > 60, "{key}");
+    let id = dprec::cli::keys::key_id(&dprec::api::auth::hash_key(key)).to_string();
+    assert!(err.contains(&id), "{err}");
+    let (code, _, err) = dprec(&["keys", "create", "--role", "admin"], &env);
+    assert_eq!(code, 0, "{err}");
+
+    let (code, list, err) = dprec(&["keys", "list"], &env);
+    assert_eq!(code, 0, "{err}");
+    let line = list.lines().find(|l| l.starts_with(&id)).expect("listed");
+    assert!(
+        line.contains("writer") && line.contains("database"),
+        "{list}"
+    );
+    assert!(
+        !list.contains(key),
+        "the key itself is never listed: {list}"
+    );
+    assert_eq!(list.lines().count(), 3, "{list}");
+
+    let (code, _, err) = dprec(&["keys", "revoke", &id], &env);
+    assert_eq!(code, 0, "{err}");
+    let (_, list, _) = dprec(&["keys", "list"], &env);
+    assert!(!list.contains(&id) && list.contains("admin"), "{list}");
+    let (code, _, err) = dprec(&["keys", "revoke", &id], &env);
+    assert_ne!(code, 0);
+    assert!(err.contains("no stored key has id"), "{err}");
+    let (code, _, err) = dprec(&["keys", "revoke", "xyz"], &env);
+    assert_ne!(code, 0);
+    assert!(err.contains("hex digits"), "{err}");
+}
+
+#[test]
+fn first_errors_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("dprec.sqlite").display());
+    // A single-underscore variable is reported with the right name.
+    let (code, _, err) = dprec(
+        &["keys", "list"],
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("DPREC_SERVER_BIND", "127.0.0.1:1"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("DPREC_SERVER__BIND"), "{err}");
+    // A wrong value from the environment names the variable and the format.
+    let (code, _, err) = dprec(
+        &["keys", "list"],
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("DPREC_BUDGET__SHARE", "quarter"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("DPREC_BUDGET__SHARE") && err.contains("fraction:F"),
+        "{err}"
+    );
+    // --data that does not exist: where it was looked for.
+    let (code, _, err) = dprec(
+        &["eval", "--trainer", "baseline", "--data", "no/such/dir"],
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no/such/dir") && err.contains("relative to the working directory"),
+        "{err}"
+    );
+    // DPREC_ML100K_DIR is the default of --data.
+    let (code, _, err) = dprec(
+        &["eval", "--trainer", "baseline"],
+        &[("DPREC_ML100K_DIR", "/no/such/ml-100k")],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("/no/such/ml-100k"), "{err}");
+}
