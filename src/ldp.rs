@@ -111,7 +111,10 @@ impl LdpClaim {
             ("rating", value),
         ] {
             if !v.is_finite() {
-                return Err(claim_err(field, format!("must be a finite number, got {v}")));
+                return Err(claim_err(
+                    field,
+                    format!("must be a finite number, got {v}"),
+                ));
             }
         }
         if self.lower != scale.min {
@@ -162,6 +165,23 @@ impl LdpClaim {
     }
 }
 
+/// Width of the grid a perturbed value is snapped to before it leaves the client.
+///
+/// The perturbed value is published directly, so the low bits of a floating-point sample
+/// could tell inputs apart (Mironov 2012: the set of doubles reachable from `x + noise`
+/// depends on `x`). Snapping to cells of width `2^-10` is post-processing of the ideal
+/// mechanism (the cell probabilities of the ideal bounded Laplace keep every ratio within
+/// `e^eps`), and each cell collects so many of the sampler's `2^-53` uniform atoms that
+/// the implemented cell probabilities match the ideal ones to a relative error of order
+/// `1e-8` at eps <= 10 (cell mass >= 2^-10 * e^-eps / (2 * width)). That last step is an
+/// argument about floating point, not a proof: see docs/privacy/blp-ldp.md.
+pub const OUTPUT_GRID: f64 = 1.0 / 1024.0;
+
+/// `lower + round((y - lower)/grid) * grid`, kept inside `[lower, upper]`.
+fn snap(y: f64, lower: f64, upper: f64) -> f64 {
+    (lower + ((y - lower) / OUTPUT_GRID).round() * OUTPUT_GRID).clamp(lower, upper)
+}
+
 /// One rating as a client sends it after local perturbation (an element of the
 /// `POST /v1/ratings` batch).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,10 +213,16 @@ impl RatingPerturber {
         self.claim
     }
 
-    /// Perturbs one rating value (which must lie on the scale).
-    pub fn perturb_value<R: Rng + ?Sized>(&self, value: f64, rng: &mut R) -> Result<f64, PrivacyError> {
+    /// Perturbs one rating value (which must lie on the scale) and snaps the result to
+    /// the output grid `lower + k * OUTPUT_GRID` (see [`OUTPUT_GRID`]).
+    pub fn perturb_value<R: Rng + ?Sized>(
+        &self,
+        value: f64,
+        rng: &mut R,
+    ) -> Result<f64, PrivacyError> {
         let c = &self.claim;
-        bounded_laplace(value, c.scale, c.lower, c.upper, rng)
+        let y = bounded_laplace(value, c.scale, c.lower, c.upper, rng)?;
+        Ok(snap(y, c.lower, c.upper))
     }
 
     /// Perturbs one rating into its JSON form.
@@ -268,7 +294,10 @@ mod tests {
                 .map(|_| bounded_laplace(2.0, wrong, S.min, S.max, &mut rng).unwrap())
                 .collect();
             let d = ks_statistic(ys, |y| reference_cdf(y, 2.0, b, S.min, S.max));
-            assert!(d > crit, "scale {wrong} (true {b}) not detected: {d} <= {crit}");
+            assert!(
+                d > crit,
+                "scale {wrong} (true {b}) not detected: {d} <= {crit}"
+            );
         }
         let d = ks_statistic(vec![2.0; n], |y| reference_cdf(y, 2.0, b, S.min, S.max));
         assert!(d > crit, "missing noise not detected");
@@ -293,8 +322,27 @@ mod tests {
                     }
                 }
             }
-            assert!(worst.ln() <= eps * (1.0 + 1e-9), "eps={eps}: {}", worst.ln());
-            assert!(worst.ln() >= eps * (1.0 - 1e-9), "eps={eps}: {}", worst.ln());
+            assert!(
+                worst.ln() <= eps * (1.0 + 1e-9),
+                "eps={eps}: {}",
+                worst.ln()
+            );
+            assert!(
+                worst.ln() >= eps * (1.0 - 1e-9),
+                "eps={eps}: {}",
+                worst.ln()
+            );
+        }
+    }
+
+    #[test]
+    fn perturbed_values_are_on_the_output_grid() {
+        let p = RatingPerturber::new(0.5, S).unwrap();
+        let mut rng = seeded(3);
+        for _ in 0..1000 {
+            let y = p.perturb_value(3.0, &mut rng).unwrap();
+            let k = (y - S.min) / OUTPUT_GRID;
+            assert!((k - k.round()).abs() < 1e-9 && S.contains(y), "{y}");
         }
     }
 
@@ -320,7 +368,17 @@ mod tests {
         let field = |c: LdpClaim, v: f64| c.validate(v, S, 5.0).unwrap_err().field;
         assert_eq!(field(LdpClaim { lower: 0.0, ..c }, 3.0), "ldp.lower");
         assert_eq!(field(LdpClaim { upper: 10.0, ..c }, 3.0), "ldp.upper");
-        assert_eq!(field(LdpClaim { eps: 6.0, scale: 4.0 / 6.0, ..c }, 3.0), "ldp.eps");
+        assert_eq!(
+            field(
+                LdpClaim {
+                    eps: 6.0,
+                    scale: 4.0 / 6.0,
+                    ..c
+                },
+                3.0
+            ),
+            "ldp.eps"
+        );
         assert_eq!(field(LdpClaim { eps: 0.0, ..c }, 3.0), "ldp.eps");
         assert_eq!(field(LdpClaim { eps: f64::NAN, ..c }, 3.0), "ldp.eps");
         assert_eq!(field(LdpClaim { scale: 4.4, ..c }, 3.0), "ldp.scale");

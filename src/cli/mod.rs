@@ -6,6 +6,7 @@ pub mod accountant;
 pub mod eval;
 pub mod import;
 pub mod openapi;
+pub mod perturb;
 pub mod serve;
 pub mod synth;
 
@@ -32,6 +33,9 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Print the OpenAPI document of the service.
     Openapi,
+    /// Client-side local DP: perturb a ratings file with the bounded Laplace mechanism and
+    /// write the perturbed-rating JSON form (or `POST /v1/ratings` bodies).
+    Perturb(perturb::PerturbArgs),
 }
 
 /// Entry point of the binary: parses arguments, runs the command, maps errors to exit codes.
@@ -44,6 +48,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Import(args) => import::run(args),
         Command::Openapi => openapi::run(),
+        Command::Perturb(args) => perturb::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

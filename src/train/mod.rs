@@ -6,6 +6,7 @@
 
 pub mod als;
 pub mod baseline;
+pub mod blp_mog_mf;
 pub mod charges;
 pub mod dp_alt;
 pub mod dp_stats;
@@ -150,6 +151,10 @@ pub const TRAINERS: &[(&str, &str)] = &[
         "paper-dp-pmf",
         "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven",
     ),
+    (
+        "blp-mog-mf",
+        "BLP-MoG-MF: mixture-of-Gaussians EM with weighted MF on client-perturbed (LDP) ratings; eps=E simulates the clients (eval)",
+    ),
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
@@ -185,6 +190,7 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
         "dp-pmf" => Box::new(objpert::PdpPmf::from_params(params, true)?),
         "paper-pdp-pmf" => Box::new(objpert::PaperPmf::from_params(params, false)?),
         "paper-dp-pmf" => Box::new(objpert::PaperPmf::from_params(params, true)?),
+        "blp-mog-mf" => Box::new(blp_mog_mf::BlpMogMf::from_params(params)?),
         other => return Err(TrainError::UnknownTrainer(other.to_owned())),
     };
     Ok(t)
