@@ -62,6 +62,9 @@ pub struct NewRating {
     pub value: f64,
     /// `None`: the user's default, else the service default.
     pub eps: Option<f64>,
+    /// A locally perturbed rating (origin `ldp`): its claim was validated at the API edge;
+    /// `eps` is then the local eps, charged once at ingestion.
+    pub ldp: Option<crate::ldp::LdpClaim>,
 }
 
 /// Budget defaults applied to new users and ratings.

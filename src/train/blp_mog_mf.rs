@@ -11,6 +11,7 @@
 //! - M-step for the factors (eq. 13-14): weighted least squares with
 //!   `w_ij = sum_k gamma_ijk / (2 sigma_k^2)`, solved here by one sweep of weighted
 //!   alternating ridge regressions (users, then items).
+//!
 //! It stops after `em_iters` iterations or when the user factors change by less than
 //! `tol` (relative Frobenius norm), the paper's convergence rule.
 //!
@@ -92,7 +93,7 @@ impl Default for BlpMogMf {
             components: 3,
             em_iters: 20,
             tol: 1e-4,
-            reg: 1.0,
+            reg: 10.0,
             init_sd: 0.1,
             debias: false,
             eps: None,
@@ -553,7 +554,7 @@ mod tests {
         let mut m = mix.clone();
         let e = [0.1, -0.2, 3.0, -2.5];
         let w = m.em_step(&e, 1e-9);
-        let mut gam = vec![[0.0; 2]; 4];
+        let mut gam = [[0.0; 2]; 4];
         for (k, x) in e.iter().enumerate() {
             mix.responsibilities(*x, &mut gam[k]);
         }
