@@ -129,6 +129,9 @@ impl From<StoreError> for ApiError {
         log::error!("store error: {e}");
         match e {
             StoreError::NotFound => Self::not_found("not found"),
+            StoreError::Conflict(detail) => {
+                Self::new(StatusCode::CONFLICT, "Conflict", detail).with_field("ratings")
+            }
             other => Self::internal(format!("store error: {other}")),
         }
     }

@@ -4,6 +4,7 @@
 //! Dialect differences are confined to the migrations (`migrations/{sqlite,postgres}`)
 //! and to the locking of [`Store::begin_exclusive`].
 
+mod ldp;
 mod migrations;
 
 use std::collections::BTreeMap;
@@ -128,6 +129,8 @@ pub struct RatingAuditRow {
     pub spent: f64,
     pub releases: i64,
     pub deleted: bool,
+    /// `raw` or `ldp`.
+    pub origin: String,
 }
 
 #[derive(Debug, Clone)]
@@ -185,6 +188,10 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     #[error("{0}")]
     Corrupt(String),
+    /// The request conflicts with the stored state (e.g. an LDP rating for a pair that
+    /// is already rated, or a user budget that cannot take an LDP charge).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 #[derive(Clone)]
@@ -238,7 +245,7 @@ pub(crate) fn curve_json(c: &RdpCurve) -> String {
     serde_json::to_string(c).expect("RDP curves serialise")
 }
 
-/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 5 binds per row).
+/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 7 binds per row).
 const UPSERT_CHUNK: usize = 400;
 
 /// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
@@ -346,8 +353,10 @@ impl Store {
     // ----- ingestion and settings -------------------------------------------------
 
     /// Upserts a batch in one transaction (all or nothing). A re-rating replaces the
-    /// value and keeps the budget slot (eps_ij, spent, releases). Returns the number of
-    /// new ratings.
+    /// value and keeps the budget slot (eps_ij, spent, releases). Locally perturbed
+    /// ratings (`ldp`) are stored as origin `ldp`, fully spent, and charged to their
+    /// user's RDP ledger in the same transaction ([`ldp`]). Returns the number of new
+    /// ratings.
     pub async fn upsert_ratings(
         &self,
         batch: &[NewRating],
@@ -375,6 +384,7 @@ impl Store {
         // `parse_curve`) instead of 156 zeros of JSON per row.
         let zero = "";
         let mut tx = self.pool.begin().await?;
+        ldp::check_pairs(&mut tx, &rows).await?;
         // Multi-row statements, a few hundred rows each (well under both backends'
         // bind-parameter limits): one round trip per chunk instead of one per rating.
         for chunk in users.chunks(UPSERT_CHUNK) {
@@ -437,15 +447,17 @@ impl Store {
                  created_at, updated_at) VALUES {} \
                  ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
                  updated_at = excluded.updated_at RETURNING created_at",
-                placeholders(chunk.len(), 5, |b| {
+                placeholders(chunk.len(), 7, |b| {
                     format!(
-                        "(${}, ${}, ${}, ${}, 0, 0, 'raw', ${}, ${})",
+                        "(${}, ${}, ${}, ${}, ${}, 0, ${}, ${}, ${})",
                         b,
                         b + 1,
                         b + 2,
                         b + 3,
                         b + 4,
-                        b + 4
+                        b + 5,
+                        b + 6,
+                        b + 6
                     )
                 })
             );
@@ -455,11 +467,14 @@ impl Store {
                     .eps
                     .or(user_default.get(r.user.as_str()).copied().flatten())
                     .unwrap_or(defaults.rating_eps);
+                let (origin, spent) = ldp::origin_and_spent(r, eps);
                 q = q
                     .bind(&r.user)
                     .bind(&r.item)
                     .bind(r.value)
                     .bind(eps)
+                    .bind(spent)
+                    .bind(origin)
                     .bind(now);
             }
             for row in q.fetch_all(&mut *tx).await? {
@@ -469,6 +484,7 @@ impl Store {
                 }
             }
         }
+        ldp::charge_users(&mut tx, &rows, self.for_update()).await?;
         tx.commit().await?;
         Ok(created)
     }
@@ -743,8 +759,8 @@ impl Store {
             .await?
             .try_get(0)?;
         let rows = sqlx::query(
-            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END \
-             FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
+            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END, \
+             origin FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
         )
         .bind(user)
         .bind(limit)
@@ -760,6 +776,7 @@ impl Store {
                 spent: r.try_get(2)?,
                 releases: r.try_get(3)?,
                 deleted: deleted != 0,
+                origin: r.try_get(5)?,
             });
         }
         Ok((total, out))
