@@ -86,7 +86,7 @@ pub(super) async fn charge_users(
         let (budget_eps, budget_delta): (f64, f64) = (row.try_get(0)?, row.try_get(1)?);
         let consumed = parse_curve(&row.try_get::<String, _>(2)?)?;
         let bad = |e: String| StoreError::Corrupt(format!("accounting user {user:?}: {e}"));
-        let cost = user_cost(&pure_events(eps.iter().copied())).map_err(bad)?;
+        let cost = user_cost(&pure_events(eps.iter().copied())).map_err(|e| bad(e.to_string()))?;
         let filter = RenyiFilter::with_default_orders(budget_eps, budget_delta)
             .map_err(|e| bad(e.to_string()))?;
         if !filter
