@@ -6,7 +6,7 @@
 #   DPREC_EVAL_OUT=docs/figures scripts/experiments.sh NAME
 # Usage:
 #   scripts/experiments.sh [--data DIR] [NAME ...]     (default: every experiment)
-# Names: pdp-fc pdp-epsm pdp-t gaussian dp-alt
+# Names: pdp-fc pdp-epsm pdp-t gaussian dp-alt blp
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
@@ -15,7 +15,7 @@ OUT=${DPREC_EVAL_OUT:-${TMPDIR:-/tmp}/dprec-eval}
 mkdir -p "$OUT"
 echo "experiments: writing to $OUT" >&2
 cargo build --release --quiet
-DPREC=target/release/dprec
+DPREC=${CARGO_TARGET_DIR:-target}/release/dprec
 run() { # run NAME TITLE ARGS...
     local name="$1" title="$2"; shift 2
     echo "==> $name: dprec eval $*" >&2
@@ -53,11 +53,18 @@ exp_dp_alt() { # production trainer against per-rating eps, with non-private ref
         --trainer dp-alt --trainer baseline --trainer sgd-mf \
         --eps 0.1,0.5,1,2,5
 }
-ALL=(pdp-fc pdp-epsm pdp-t gaussian dp-alt)
+exp_blp() { # BLP-MoG-MF paper Fig. 4: RMSE against the local eps, with central DP trainers
+    run blp "LDP (client-perturbed) vs central DP against eps, ML-100K" \
+        --trainer blp-mog-mf --trainer blp-mog-mf:debias=true \
+        --trainer blp-mog-mf:components=1 --trainer blp-mog-mf:mechanism=laplace,components=1 \
+        --trainer dp-alt --trainer pdp-pmf --trainer baseline \
+        --eps 0.1,0.5,1,2,3
+}
+ALL=(pdp-fc pdp-epsm pdp-t gaussian dp-alt blp)
 for name in "${@:-${ALL[@]}}"; do
     case "$name" in
         pdp-fc) exp_pdp_fc ;; pdp-epsm) exp_pdp_epsm ;; pdp-t) exp_pdp_t ;;
-        gaussian) exp_gaussian ;; dp-alt) exp_dp_alt ;;
+        gaussian) exp_gaussian ;; dp-alt) exp_dp_alt ;; blp) exp_blp ;;
         *) echo "unknown experiment $name (one of: ${ALL[*]})" >&2; exit 2 ;;
     esac
 done

@@ -4,6 +4,7 @@
 //! - [`data`]: rating data, loaders (MovieLens), sparse layouts, synthetic data, folds;
 //! - [`train`]: trainers (non-private baselines here; DP trainers build on them);
 //! - [`privacy`]: pure noise mechanisms and sampling primitives (no I/O);
+//! - [`ldp`]: client-side local DP for ratings (the perturbed-rating form, BLP);
 //! - [`accountant`]: Renyi-DP accounting, conversion and the Renyi filter (pure);
 //! - [`eval`]: cross validation, metrics, reports and plots;
 //! - [`cli`]: the `dprec` command line;
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod eval;
+pub mod ldp;
 pub mod ledger;
 pub mod metrics;
 pub mod privacy;

@@ -155,6 +155,9 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound => Self::not_found("not found"),
+            StoreError::Conflict(detail) => {
+                Self::new(StatusCode::CONFLICT, "Conflict", detail).with_field("ratings")
+            }
             e if is_contention(&e) => {
                 log::warn!("store busy, answered 503: {e}");
                 Self::busy("the store is busy; retry shortly")

@@ -9,20 +9,30 @@ use utoipa::ToSchema;
 use super::auth::WriterKey;
 use super::domain::{Epsilon, Id, RatingValue};
 use super::{json_body, path_id, ApiError, AppState};
+use crate::ldp::LdpClaim;
 use crate::store::{Defaults, NewRating};
 
-/// One rating as sent by a client.
+/// One rating as sent by a client: either a raw rating (optionally with its lifetime
+/// budget `eps`) or a rating perturbed on the client under local DP (with `ldp`, see
+/// `dprec::ldp` and docs/privacy/blp-ldp.md).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"user": "u1", "item": "i42", "rating": 4.0, "eps": 0.5}))]
 pub struct RatingIn {
     pub user: String,
     pub item: String,
-    /// On the configured scale (default 1..5 in steps of 0.5).
+    /// On the configured scale (default 1..5 in steps of 0.5). With `ldp`: the perturbed
+    /// value, any real number in `[ldp.lower, ldp.upper]`.
     pub rating: f64,
     /// Lifetime privacy budget eps_ij of this rating; default: the user's default, else
-    /// the service default. Ignored on a re-rating (the budget slot is kept).
+    /// the service default. Ignored on a re-rating (the budget slot is kept). Must be
+    /// absent with `ldp` (the local eps is `ldp.eps`).
     pub eps: Option<f64>,
+    /// The local mechanism the client ran on `rating` (bounded Laplace). The service
+    /// checks the claim against its scale, stores the rating as LDP and charges `ldp.eps`
+    /// once, now, to the rating and to the user's ledger; releases never charge it again.
+    #[schema(nullable = false)]
+    pub ldp: Option<LdpClaim>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -61,13 +71,32 @@ pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRat
             .map_err(|e| ApiError::invalid(f("user"), format!("user {e}")))?;
         let item = Id::parse(&r.item, s.ratings.max_id_len)
             .map_err(|e| ApiError::invalid(f("item"), format!("item {e}")))?;
-        let value = RatingValue::parse(r.rating, state.scale)
-            .map_err(|e| ApiError::invalid(f("rating"), e))?;
-        let eps = r
-            .eps
-            .map(|e| Epsilon::parse(e, s.budget.max_rating_eps))
-            .transpose()
-            .map_err(|e| ApiError::invalid(f("eps"), e))?;
+        let (value, eps) = match &r.ldp {
+            None => {
+                let value = RatingValue::parse(r.rating, state.scale)
+                    .map_err(|e| ApiError::invalid(f("rating"), e))?
+                    .get();
+                let eps = r
+                    .eps
+                    .map(|e| Epsilon::parse(e, s.budget.max_rating_eps))
+                    .transpose()
+                    .map_err(|e| ApiError::invalid(f("eps"), e))?
+                    .map(Epsilon::get);
+                (value, eps)
+            }
+            Some(claim) => {
+                if r.eps.is_some() {
+                    return Err(ApiError::invalid(
+                        f("eps"),
+                        "an LDP rating carries its local eps in ldp.eps; eps must be absent",
+                    ));
+                }
+                claim
+                    .validate(r.rating, state.scale, s.budget.max_rating_eps)
+                    .map_err(|e| ApiError::invalid(f(e.field), e.message))?;
+                (r.rating, Some(claim.eps))
+            }
+        };
         if !seen.insert((user.clone(), item.clone())) {
             return Err(ApiError::invalid(
                 format!("ratings[{k}]"),
@@ -77,8 +106,9 @@ pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRat
         out.push(NewRating {
             user: user.into_string(),
             item: item.into_string(),
-            value: value.get(),
-            eps: eps.map(Epsilon::get),
+            value,
+            eps,
+            ldp: r.ldp,
         });
     }
     Ok(out)

@@ -172,6 +172,9 @@ pub struct RatingBudgetView {
     pub releases: i64,
     /// `active`, `exhausted` (remaining below budget.min_release_eps) or `deleted`.
     pub status: String,
+    /// `raw` (perturbed centrally by releases) or `ldp` (perturbed on the client: `eps`
+    /// is the local eps, spent in full at ingestion and never charged again).
+    pub origin: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -281,6 +284,7 @@ pub async fn audit(
             eps: r.eps,
             spent: r.spent,
             releases: r.releases,
+            origin: r.origin,
         })
         .collect();
     let (rtotal, rel) = state.store.audit_releases(&u.id, limit, offset).await?;

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod import;
 pub mod keys;
 pub mod openapi;
+pub mod perturb;
 pub mod serve;
 pub mod synth;
 
@@ -35,6 +36,9 @@ pub enum Command {
     Openapi,
     /// Manage the API keys stored in the database: create (printed once), list, revoke.
     Keys(keys::KeysArgs),
+    /// Client-side local DP: perturb a ratings file with the bounded Laplace mechanism and
+    /// write the perturbed-rating JSON form (or `POST /v1/ratings` bodies).
+    Perturb(perturb::PerturbArgs),
 }
 
 /// Fails with a message that says where a relative input path was looked for, when it
@@ -96,6 +100,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Import(args) => import::run(args),
         Command::Openapi => openapi::run(),
         Command::Keys(args) => keys::run(args),
+        Command::Perturb(args) => perturb::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -12,6 +12,8 @@ pub struct RatingAuditRow {
     pub spent: f64,
     pub releases: i64,
     pub deleted: bool,
+    /// `raw` or `ldp`.
+    pub origin: String,
 }
 
 /// What one release charged one user.
@@ -40,8 +42,8 @@ impl Store {
             .await?
             .try_get(0)?;
         let rows = sqlx::query(
-            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END \
-             FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
+            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END, \
+             origin FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
         )
         .bind(user)
         .bind(limit)
@@ -57,6 +59,7 @@ impl Store {
                 spent: r.try_get(2)?,
                 releases: r.try_get(3)?,
                 deleted: deleted != 0,
+                origin: r.try_get(5)?,
             });
         }
         Ok((total, out))

@@ -7,6 +7,7 @@
 mod audit;
 mod jobs;
 mod keys;
+mod ldp;
 mod migrations;
 mod ratings;
 mod releases;
@@ -81,6 +82,9 @@ pub struct NewRating {
     pub value: f64,
     /// `None`: the user's default, else the service default.
     pub eps: Option<f64>,
+    /// A locally perturbed rating (origin `ldp`): its claim was validated at the API edge;
+    /// `eps` is then the local eps, charged once at ingestion.
+    pub ldp: Option<crate::ldp::LdpClaim>,
 }
 
 /// Budget defaults applied to new users and ratings.
@@ -145,6 +149,10 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     #[error("{0}")]
     Corrupt(String),
+    /// The request conflicts with the stored state (e.g. an LDP rating for a pair that
+    /// is already rated, or a user budget that cannot take an LDP charge).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 #[derive(Clone)]

@@ -11,7 +11,7 @@ use super::{
 use crate::accountant::RdpCurve;
 use crate::ledger::UserBudget;
 
-/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 5 binds per row).
+/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 7 binds per row).
 const UPSERT_CHUNK: usize = 400;
 
 /// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
@@ -27,7 +27,9 @@ impl Store {
     // ----- ingestion and settings -------------------------------------------------
 
     /// Upserts a batch in one transaction (all or nothing). A re-rating replaces the
-    /// value and keeps the budget slot (eps_ij, spent, releases). Returns the number of
+    /// value and keeps the budget slot (eps_ij, spent, releases). Locally perturbed
+    /// ratings (`ldp`) are stored as origin `ldp`, fully spent, and charged to their
+    /// user's RDP ledger in the same transaction (`store::ldp`). Returns the number of
     /// new ratings.
     pub async fn upsert_ratings(
         &self,
@@ -56,6 +58,7 @@ impl Store {
         // `parse_curve`) instead of 156 zeros of JSON per row.
         let zero = "";
         let mut tx = self.pool.begin().await?;
+        super::ldp::check_pairs(&mut tx, &rows).await?;
         // Multi-row statements, a few hundred rows each (well under both backends'
         // bind-parameter limits): one round trip per chunk instead of one per rating.
         let user_default = upsert_users(&mut tx, &users, defaults, zero, now).await?;
@@ -67,15 +70,17 @@ impl Store {
                  created_at, updated_at) VALUES {} \
                  ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
                  updated_at = excluded.updated_at RETURNING created_at",
-                placeholders(chunk.len(), 5, |b| {
+                placeholders(chunk.len(), 7, |b| {
                     format!(
-                        "(${}, ${}, ${}, ${}, 0, 0, 'raw', ${}, ${})",
+                        "(${}, ${}, ${}, ${}, ${}, 0, ${}, ${}, ${})",
                         b,
                         b + 1,
                         b + 2,
                         b + 3,
                         b + 4,
-                        b + 4
+                        b + 5,
+                        b + 6,
+                        b + 6
                     )
                 })
             );
@@ -85,11 +90,14 @@ impl Store {
                     .eps
                     .or(user_default.get(r.user.as_str()).copied().flatten())
                     .unwrap_or(defaults.rating_eps);
+                let (origin, spent) = super::ldp::origin_and_spent(r, eps);
                 q = q
                     .bind(&r.user)
                     .bind(&r.item)
                     .bind(r.value)
                     .bind(eps)
+                    .bind(spent)
+                    .bind(origin)
                     .bind(now);
             }
             for row in q.fetch_all(&mut *tx).await? {
@@ -99,6 +107,7 @@ impl Store {
                 }
             }
         }
+        super::ldp::charge_users(&mut tx, &rows, self.for_update()).await?;
         tx.commit().await?;
         Ok(created)
     }

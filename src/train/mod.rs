@@ -6,6 +6,7 @@
 
 pub mod als;
 pub mod baseline;
+pub mod blp_mog_mf;
 pub mod charges;
 pub mod dp_alt;
 pub mod dp_stats;
@@ -160,6 +161,7 @@ pub const TRAINERS: &[TrainerEntry] = &[
     TrainerEntry { name: "dp-pmf", about: "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)", build: |p| boxed(objpert::PdpPmf::from_params(p, true)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
     TrainerEntry { name: "paper-pdp-pmf", about: "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, false)), proof: None },
     TrainerEntry { name: "paper-dp-pmf", about: "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, true)), proof: None },
+    TrainerEntry { name: "blp-mog-mf", about: "BLP-MoG-MF: mixture-of-Gaussians EM with weighted MF on client-perturbed (LDP) ratings; eps=E simulates the clients (eval, paper-claimed); docs/privacy/blp-ldp.md", build: |p| boxed(blp_mog_mf::BlpMogMf::from_params(p)), proof: None },
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults

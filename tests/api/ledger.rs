@@ -443,6 +443,7 @@ async fn large_release(url: &str) {
             item: format!("i{}", (k * 7 + k / 943) % 1682),
             value: 3.0,
             eps: Some(1.0),
+            ldp: None,
         })
         .collect();
     let defaults = dprec::store::Defaults {

@@ -11,6 +11,7 @@ mod auth;
 mod hardening;
 mod health;
 mod lease;
+mod ldp;
 mod ledger;
 mod models;
 mod ratings;

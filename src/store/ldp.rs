@@ -1,0 +1,118 @@
+//! Ingestion of locally perturbed (LDP) ratings: the checks and the user-level charge
+//! that run inside the ingestion transaction of [`super::Store::upsert_ratings`].
+//!
+//! An LDP rating is stored with `origin = 'ldp'`, `eps = spent = ` its local eps: the
+//! rating-level charge is made once, at ingestion, and the slot has nothing left, so no
+//! release admits it again (central trainers skip it; DESIGN 3, LDP). The user-level
+//! charge is the composition of the user's new LDP ratings (`PureDp { eps }` each) added
+//! to the user's RDP ledger after the user's Renyi filter admits it. A pair that already
+//! has a rating cannot be sent as LDP, and an LDP pair cannot be re-rated (either would
+//! mix a raw and a perturbed value, or need a second charge the client never agreed to).
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
+use crate::accountant::RenyiFilter;
+use crate::ledger::{pure_events, user_cost};
+
+/// Rows per lookup of existing pairs (2 binds per row).
+const PAIR_CHUNK: usize = 400;
+
+/// Fails with [`StoreError::Conflict`] when a new LDP rating hits an existing pair, or
+/// any new rating hits an existing LDP pair.
+pub(super) async fn check_pairs(tx: &mut Tx, rows: &[&NewRating]) -> Result<(), StoreError> {
+    let new_ldp: BTreeMap<(&str, &str), bool> = rows
+        .iter()
+        .map(|r| ((r.user.as_str(), r.item.as_str()), r.ldp.is_some()))
+        .collect();
+    for chunk in rows.chunks(PAIR_CHUNK) {
+        let sql = format!(
+            "SELECT user_id, item_id, origin FROM ratings WHERE {}",
+            (0..chunk.len())
+                .map(|k| format!("(user_id = ${} AND item_id = ${})", 2 * k + 1, 2 * k + 2))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        );
+        let mut q = sqlx::query(&sql);
+        for r in chunk {
+            q = q.bind(&r.user).bind(&r.item);
+        }
+        for row in q.fetch_all(&mut **tx).await? {
+            let (user, item, origin): (String, String, String) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            let ldp_new = new_ldp
+                .get(&(user.as_str(), item.as_str()))
+                .copied()
+                .unwrap_or(false);
+            if origin == "ldp" {
+                return Err(StoreError::Conflict(format!(
+                    "user {user:?} already sent item {item:?} as a locally perturbed rating; \
+                     LDP ratings cannot be re-rated"
+                )));
+            }
+            if ldp_new {
+                return Err(StoreError::Conflict(format!(
+                    "user {user:?} already has a rating of item {item:?}; a rating cannot \
+                     become locally perturbed"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Charges every user with new LDP ratings the composition of their local eps (unit: the
+/// user's ratings, values replaced), after checking the user's Renyi filter.
+pub(super) async fn charge_users(
+    tx: &mut Tx,
+    rows: &[&NewRating],
+    for_update: &str,
+) -> Result<(), StoreError> {
+    let mut by_user: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        if let Some(c) = &r.ldp {
+            by_user.entry(r.user.as_str()).or_default().push(c.eps);
+        }
+    }
+    for (user, eps) in by_user {
+        let row = sqlx::query(&format!(
+            "SELECT budget_eps, budget_delta, rdp_consumed FROM users WHERE id = $1{for_update}"
+        ))
+        .bind(user)
+        .fetch_one(&mut **tx)
+        .await?;
+        let (budget_eps, budget_delta): (f64, f64) = (row.try_get(0)?, row.try_get(1)?);
+        let consumed = parse_curve(&row.try_get::<String, _>(2)?)?;
+        let bad = |e: String| StoreError::Corrupt(format!("accounting user {user:?}: {e}"));
+        let cost = user_cost(&pure_events(eps.iter().copied())).map_err(|e| bad(e.to_string()))?;
+        let filter = RenyiFilter::with_default_orders(budget_eps, budget_delta)
+            .map_err(|e| bad(e.to_string()))?;
+        if !filter
+            .admits(&consumed, &cost)
+            .map_err(|e| bad(e.to_string()))?
+        {
+            return Err(StoreError::Conflict(format!(
+                "user {user:?}: the local eps of these LDP ratings ({}) exceeds what the \
+                 user's budget (eps {budget_eps}, delta {budget_delta}) has left",
+                eps.iter().sum::<f64>()
+            )));
+        }
+        let next = consumed.compose(&cost).map_err(|e| bad(e.to_string()))?;
+        sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
+            .bind(user)
+            .bind(curve_json(&next))
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// `(origin, spent)` of a new row: LDP ratings are fully spent at ingestion.
+pub(super) fn origin_and_spent(r: &NewRating, eps: f64) -> (&'static str, f64) {
+    match r.ldp {
+        Some(_) => ("ldp", eps),
+        None => ("raw", 0.0),
+    }
+}
