@@ -72,7 +72,7 @@ async fn ldp_batch_accepted_and_charged_once(url: &str) {
 
     // A release charges the raw ratings and never the LDP ones.
     let job = app.retrain().await;
-    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, b) = app.get("/v1/users/alice/budget", READER).await;
     assert_eq!(b["ratings"]["entries"], Value::Array(entries), "{b}");
     assert!((rdp_at(&b, 2.0) - want(2.0)).abs() < 1e-9, "{b}");
@@ -145,16 +145,16 @@ async fn ldp_bad_inputs(url: &str) {
         ("LDP re-rating", with(&["item"], json!("l1")), 409, Some("ratings")),
     ];
     for (case, body, status, field) in cases {
-        let r = app
-            .client
-            .post(app.url("/v1/ratings"))
-            .bearer_auth(WRITER)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
+        let (got, p) = app
+            .send(
+                app.client
+                    .post(app.url("/v1/ratings"))
+                    .bearer_auth(WRITER)
+                    .header("content-type", "application/json")
+                    .body(body),
+            )
             .await
-            .unwrap();
-        let (got, p) = status_json(r).await;
+            .status_json();
         assert_eq!(got, status, "{case}: {p}");
         assert_eq!(p["field"].as_str(), field, "{case}: {p}");
         assert_eq!(
