@@ -124,6 +124,7 @@ pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRat
         (status = 403, description = "Role too low (writer needed)", body = super::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or batch too large", body = super::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not application/json", body = super::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Conflict with stored state (LDP over a raw rating, re-rating an LDP pair, user budget cannot take a local eps); nothing stored", body = super::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field (path with index)", body = super::Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = [])))]
