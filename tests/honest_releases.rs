@@ -250,7 +250,6 @@ fn published(trainer: &dyn Trainer, r: &Ratings, budgets: &[f64]) -> Vec<serde_j
 /// noise eps, ...) are the same on D and on D minus one rating whose budget differs from
 /// the others' (they come from configuration, not from the data).
 #[test]
-#[ignore = "issue 8: fails until dp-alt's t and eps_mean are public (finding 4)"]
 fn published_parameters_do_not_depend_on_the_data() {
     let trainer = train::build("dp-alt", &Params::new()).unwrap();
     let r = synthetic(12, 9);
@@ -275,7 +274,6 @@ fn published_parameters_do_not_depend_on_the_data() {
 /// delta_r), within the rating's release budget; a rating whose budget cannot pay for the
 /// step is not used.
 #[test]
-#[ignore = "issue 8: fails until gaussian-mf charges ratings (finding 3)"]
 fn gaussian_mf_charges_every_rating_it_touches() {
     let trainer = train::build("gaussian-mf", &Params::new()).unwrap();
     let r = synthetic(6, 5);

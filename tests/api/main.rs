@@ -9,6 +9,7 @@ mod fake;
 mod admin;
 mod auth;
 mod health;
+mod honest;
 mod ledger;
 mod models;
 mod ratings;
