@@ -4,21 +4,32 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dprec::accountant::{PrivacyEvent, RdpCurve, RenyiFilter};
+use dprec::accountant::{LifetimePlan, RdpCurve, RenyiFilter};
 use dprec::config::Settings;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::ledger::{complete_user_events, plan, user_cost, PlanParams, RatingBudget, UserBudget};
-use dprec::train::{self, Params, TrainData, Trainer};
+use dprec::ledger::{plan, user_cost, PlanParams, RatingBudget, UserBudget};
+use dprec::train::{self, units, Params, TrainData, Trainer};
 
-/// The service's default plan parameters (default config, default trainer).
+/// A public bound on any user's ratings (the catalogue size of MovieLens-100K).
+const M: u64 = 1682;
+
+/// The service's default plan parameters (default config, default trainer calibrated to
+/// the default lifetime plan, as a release computes them).
 fn default_params() -> PlanParams {
     let s = Settings::default();
     let trainer = train::build(&s.trainer.name, &Params::new()).unwrap();
+    let life = LifetimePlan::new(
+        s.budget.planned_releases,
+        s.budget.default_user_eps,
+        s.budget.default_user_delta,
+    )
+    .unwrap();
+    let c = units::calibrate_release(trainer.as_ref(), &life, M, s.budget.popularity_eps).unwrap();
     PlanParams {
         policy: s.share_policy().unwrap(),
         min_release_eps: s.budget.min_release_eps,
-        popularity_eps: s.budget.popularity_eps,
-        planned_user_event: trainer.planned_user_event(),
+        popularity_eps: c.popularity_eps,
+        user_event: Some(c.user_event),
         check_user_filter: true,
     }
 }
@@ -40,25 +51,20 @@ fn users(names: &[&str], consumed: &RdpCurve) -> BTreeMap<String, UserBudget> {
         .collect()
 }
 
-/// What a release charges each user, as the service computes it from a plan: the
-/// planned user event completed with the shares of the user's admitted ratings.
-fn charge(params: &PlanParams, ratings: &[RatingBudget], p: &dprec::ledger::Plan) -> BTreeMap<String, RdpCurve> {
-    let mut per_user: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for a in &p.admitted {
-        let e = per_user.entry(ratings[a.index].user.clone()).or_default();
-        e.0 = e.0.max(a.train_budget);
-        if a.popularity {
-            e.1 = params.popularity_eps;
-        }
-    }
-    per_user
-        .into_iter()
-        .map(|(u, (train, pop))| {
-            let mut events: Vec<PrivacyEvent> = params.planned_user_event.iter().cloned().collect();
-            complete_user_events(&mut events, train, pop);
-            (u, user_cost(&events).unwrap())
-        })
-        .collect()
+/// What a release charges each participating user (`release::steps::collect_charges`):
+/// the release's user-level event.
+fn charge(
+    params: &PlanParams,
+    ratings: &[RatingBudget],
+    p: &dprec::ledger::Plan,
+) -> BTreeMap<String, RdpCurve> {
+    let users: BTreeSet<String> = p
+        .admitted
+        .iter()
+        .map(|a| ratings[a.index].user.clone())
+        .collect();
+    let cost = user_cost(&params.user_event.clone().into_iter().collect::<Vec<_>>()).unwrap();
+    users.into_iter().map(|u| (u, cost.clone())).collect()
 }
 
 fn admitted_ids(ratings: &[RatingBudget], p: &dprec::ledger::Plan) -> BTreeSet<i64> {
@@ -69,7 +75,6 @@ fn admitted_ids(ratings: &[RatingBudget], p: &dprec::ledger::Plan) -> BTreeSet<i
 /// admission of any other rating or user. Both plans see the same stored state (the user
 /// already took part in one release).
 #[test]
-#[ignore = "issue 8: fails until admission charges users a constant (finding 2)"]
 fn one_rating_does_not_change_any_other_admission() {
     let params = default_params();
     let r = |id, user: &str, eps| RatingBudget {
@@ -106,7 +111,6 @@ fn one_rating_does_not_change_any_other_admission() {
 /// Finding 2, exhaustively on a small data set over several releases: for every rating r,
 /// releases on D and on D - r admit exactly the same other ratings and users.
 #[test]
-#[ignore = "issue 8: fails until admission charges users a constant (finding 2)"]
 fn removing_any_rating_leaves_every_other_admission_unchanged() {
     let params = default_params();
     // Mostly eps_ij = 1; one large preference for u0 (10) and u1 (5), a small one for u2.
@@ -168,7 +172,6 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
 /// Lifetime: with the default configuration every user takes part in all planned
 /// releases (52 by default), and every filter holds.
 #[test]
-#[ignore = "issue 8: fails until the lifetime plan calibrates the defaults"]
 fn default_config_gives_every_user_all_planned_releases() {
     let params = default_params();
     let planned = 52;
@@ -196,7 +199,10 @@ fn default_config_gives_every_user_all_planned_releases() {
         );
         for (u, c) in charge(&params, &data, &p) {
             let b = state.get_mut(&u).unwrap();
-            assert!(filter.admits(&b.consumed, &c).unwrap(), "release {release}: {u}");
+            assert!(
+                filter.admits(&b.consumed, &c).unwrap(),
+                "release {release}: {u}"
+            );
             b.consumed = b.consumed.compose(&c).unwrap();
         }
         for a in &p.admitted {

@@ -88,7 +88,11 @@ pub fn releases_left(
             return Ok(u64::MAX);
         }
         let k = (room / cost).floor();
-        let k = if k >= u64::MAX as f64 { u64::MAX } else { k as u64 };
+        let k = if k >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            k as u64
+        };
         best = best.max(k);
     }
     // Rounding guard: step down until the filter agrees.

@@ -135,7 +135,9 @@ fn candidates(a: &[f64], b: &[f64]) -> Vec<f64> {
     let mut all: Vec<f64> = a.iter().chain(b).copied().collect();
     all.sort_by(f64::total_cmp);
     let k = 400.min(all.len());
-    let mut c: Vec<f64> = (0..k).map(|i| all[i * (all.len() - 1) / k.max(1)]).collect();
+    let mut c: Vec<f64> = (0..k)
+        .map(|i| all[i * (all.len() - 1) / k.max(1)])
+        .collect();
     c.push(all[all.len() - 1]);
     c.dedup();
     c

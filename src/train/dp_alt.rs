@@ -382,8 +382,7 @@ impl Trainer for DpAlt {
         let m = data.matrix;
         let budgets = objpert::preferences(data, Some(self.eps), &Default::default(), rng)?;
         let split = self.split_budgets(&budgets)?;
-        if split.item_round.iter().all(|&b| b <= 0.0) && split.in_user_steps.iter().all(|u| !u)
-        {
+        if split.item_round.iter().all(|&b| b <= 0.0) && split.in_user_steps.iter().all(|u| !u) {
             return Err(TrainError::EmptyData);
         }
         let mut charges = ReleaseCharges::default();
@@ -408,14 +407,16 @@ impl Trainer for DpAlt {
         // The user steps see only the ratings that pay for them; every one is charged the
         // user steps' eps at delta_r (rating level), once per release.
         let by_user = m.by_user.retain(|k| split.in_user_steps[k]);
-        charges.ratings.extend(
-            (0..r.len())
-                .filter(|&k| split.in_user_steps[k])
-                .map(|k| RatingCharge {
-                    position: k as u32,
-                    eps: split.user_steps_eps,
-                }),
-        );
+        charges
+            .ratings
+            .extend(
+                (0..r.len())
+                    .filter(|&k| split.in_user_steps[k])
+                    .map(|k| RatingCharge {
+                        position: k as u32,
+                        eps: split.user_steps_eps,
+                    }),
+            );
 
         // 2. First user step on data-independent random item features.
         let v0 = objpert::random_unit_rows(m.n_items, self.d, rng);

@@ -25,7 +25,9 @@
 //! [`ReleaseCharges`]: super::charges::ReleaseCharges
 
 use super::Trainer;
-use crate::accountant::{default_orders, plan::calibrate_noise, LifetimePlan, PrivacyEvent, RdpCurve};
+use crate::accountant::{
+    default_orders, plan::calibrate_noise, LifetimePlan, PrivacyEvent, RdpCurve,
+};
 
 /// The per-release user-level event of a release: the trainer's user-level event and the
 /// DP popularity counts (each of the user's at most `m` ratings is in one count of eps
