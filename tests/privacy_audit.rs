@@ -5,11 +5,10 @@
 //! charges; and that the same audit finds a bound ABOVE the charged eps when the noise
 //! scale is halved or the noise is missing, so these tests would catch either defect.
 //!
-//! False failures: each bound holds with probability 0.95 over the runs, but the seeds are
-//! fixed, so the suite is deterministic; with the margins below (the bound of the correct
-//! mechanism is at most ~80% of the charged eps, the defective ones exceed it by > 10%), a
-//! change of seed flips an assertion with probability well under 1% (checked by hand over
-//! 20 seeds when the tests were written).
+//! False failures: the seeds are fixed, so the suite is deterministic. Over seeds, a
+//! correct mechanism's bound exceeds its charged eps with probability at most 5% (the
+//! bound holds with confidence 0.95); the defective mechanisms' bounds are checked against
+//! 1.1 times the charged eps, which they exceed by a wide margin at these trial counts.
 
 use dprec::accountant::{default_orders, eps_from_rdp, PrivacyEvent};
 use dprec::data::{Interactions, Ratings};
@@ -66,8 +65,10 @@ fn popularity_counts_one_rating_added() {
     let charged = 1.0;
     let cfg = pure(60_000);
     let ok = audit(&cfg, popularity_statistic(Some(charged)), &mut seeded(11));
+    // Pure eps-DP counts have a likelihood ratio of exactly e^eps in the tail, so a
+    // strong distinguisher's bound comes close to the charged eps: only "below" is claimed.
     assert!(
-        ok.eps_lower < 0.8 * charged,
+        ok.eps_lower < charged,
         "correct mechanism: lower bound {ok:?} not below the charged eps {charged}"
     );
     assert!(ok.eps_lower > 0.5, "the audit has no power: {ok:?}");

@@ -420,7 +420,10 @@ mod tests {
             policy: SharePolicy::Split(10),
             min_release_eps: 1e-6,
             popularity_eps: 0.01,
-            user_event: None,
+            user_event: Some(PrivacyEvent::PureDp {
+                eps: 1e-6,
+                count: 1,
+            }),
             check_user_filter: true,
         };
         let ratings = vec![RatingBudget {
