@@ -10,8 +10,8 @@ use crate::both_backends;
 use crate::helpers::*;
 
 /// Finding 3: a `gaussian-mf` release charges every rating it touches, also a rating
-/// with a small eps_ij (0.2): its audit shows the charge and `releases >= 1`, and after
-/// enough releases it is exhausted and no longer used.
+/// with a small eps_ij (0.2): its audit shows the charge and `releases >= 1`, and once
+/// its remaining budget cannot pay for the step it is no longer used.
 async fn gaussian_mf_charges_small_eps_ratings(url: &str) {
     // One Gaussian step of z = 100: about 0.05 per rating at delta_r = 1e-5, within the
     // release share (fraction 0.4 of 0.2 = 0.08).
@@ -46,24 +46,33 @@ async fn gaussian_mf_charges_small_eps_ratings(url: &str) {
     let e = small(&a);
     assert!(e["spent"].as_f64().unwrap() > 0.0, "not charged: {e}");
     assert!(e["releases"].as_i64().unwrap() >= 1, "{e}");
-    // Keep releasing: the rating is charged until its 0.2 is used up, then excluded.
+    // Keep releasing: the rating is charged every time it is used, until what is left of
+    // its 0.2 cannot pay for the step; from then on it is left out (never used uncharged).
     let mut last_spent = e["spent"].as_f64().unwrap();
-    let mut exhausted = false;
-    for _ in 0..8 {
+    let mut charged = 1;
+    let mut left_out = false;
+    for _ in 0..12 {
         let job = app.retrain().await;
         assert_ne!(job["status"], "failed", "{job}");
         let (_, a) = app.get("/v1/users/a/budget?limit=100", ADMIN).await;
         let e = small(&a);
         let spent = e["spent"].as_f64().unwrap();
         assert!(spent <= 0.2, "{e}");
-        if e["status"] == "exhausted" {
-            exhausted = true;
+        if spent == last_spent {
+            left_out = true;
+            assert_eq!(e["releases"].as_i64().unwrap(), charged, "{e}");
             break;
         }
-        assert!(spent > last_spent, "used without a charge: {e}");
+        charged += 1;
         last_spent = spent;
     }
-    assert!(exhausted, "the eps_ij = 0.2 rating was never exhausted");
+    assert!(left_out, "the eps_ij = 0.2 rating was never left out");
+    assert!(charged >= 2, "charged in {charged} releases");
+    // Once left out it stays out.
+    let job = app.retrain().await;
+    assert_ne!(job["status"], "failed", "{job}");
+    let (_, a) = app.get("/v1/users/a/budget?limit=100", ADMIN).await;
+    assert_eq!(small(&a)["spent"].as_f64().unwrap(), last_spent);
     app.stop().await;
 }
 both_backends!(gaussian_mf_charges_small_eps_ratings);
