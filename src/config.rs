@@ -120,8 +120,14 @@ pub struct BudgetSettings {
     /// Per-user RDP budget (eps_u, delta_u) of new users.
     pub default_user_eps: f64,
     pub default_user_delta: f64,
-    /// eps of the DP popularity counts of each release (charged to each counted rating).
+    /// eps of the DP popularity counts of each release (charged to each counted rating),
+    /// before the lifetime plan's calibration.
     pub popularity_eps: f64,
+    /// Lifetime plan (DESIGN 3): the number of releases every user takes part in within
+    /// (default_user_eps, default_user_delta). The per-release noise is calibrated from it
+    /// before any data is seen (`train::units::calibrate_release`); 0 = no calibration
+    /// (the trainer's parameters as configured).
+    pub planned_releases: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -138,10 +144,10 @@ pub struct RatingSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerSettings {
     pub enabled: bool,
-    /// Seconds between scheduled retrain checks.
+    /// Seconds between scheduled releases: a fixed schedule, whatever the data (a trigger
+    /// on the number of new ratings would leak that number; issue 8 finding 7). Default a
+    /// week, so the 52 planned releases cover a year.
     pub retrain_interval_secs: u64,
-    /// Ratings ingested since the last release needed for a scheduled retrain.
-    pub min_new_ratings: u64,
     /// Lifetime of the trainer lease in seconds.
     pub lease_secs: u64,
     /// Seconds between checks for releases published by another instance (replicas
@@ -206,6 +212,7 @@ impl Default for BudgetSettings {
             default_user_eps: 10.0,
             default_user_delta: 1e-6,
             popularity_eps: 0.05,
+            planned_releases: crate::accountant::DEFAULT_PLANNED_RELEASES,
         }
     }
 }
@@ -225,8 +232,7 @@ impl Default for SchedulerSettings {
     fn default() -> Self {
         Self {
             enabled: true,
-            retrain_interval_secs: 3600,
-            min_new_ratings: 100,
+            retrain_interval_secs: 7 * 24 * 3600,
             lease_secs: 900,
             reload_secs: 10,
             instance_id: None,

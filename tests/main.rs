@@ -11,6 +11,8 @@ mod api;
 mod cli_accountant;
 mod cli_eval;
 mod cli_keys;
+mod honest_releases;
+mod privacy_audit;
 mod train_dp_alt;
 mod train_gaussian_mf;
 mod train_nonprivate;

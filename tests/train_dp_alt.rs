@@ -40,13 +40,16 @@ fn charges_follow_the_ledger_rules() {
         })
         .collect();
     let rounds = 2;
-    let t = alt(&["rounds=2", "user_sigma=3"]);
+    // z = 30: the user steps cost a rating ~0.28 at delta_r, so ratings with budget 1 and
+    // 2 take part in them (those with 0.3 do not).
+    let t = alt(&["rounds=2", "user_sigma=30"]);
     let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
     data.budgets = Some(&budgets);
     let fit = t.fit(&data, &mut dprec::rng::seeded(1)).unwrap();
     assert_eq!(fit.guarantee, Guarantee::Proven);
     let totals = fit.charges.rating_totals(r.len());
-    let eps_mean = t.mean_share * 0.3; // share of the smallest offered budget
+    let eps_mean = t.mean_eps; // public, from the parameters (issue 8, finding 4)
+    let g = t.user_steps_rating_eps().unwrap();
     for (k, (&spent, &b)) in totals.iter().zip(&budgets).enumerate() {
         if b == 0.0 {
             assert_eq!(spent, 0.0, "rating {k} not offered but charged");
@@ -55,6 +58,13 @@ fn charges_follow_the_ledger_rules() {
         // Never more than the budget, and at least the mean's share.
         assert!(spent <= b + 1e-12, "rating {k}: spent {spent} > budget {b}");
         assert!(spent >= eps_mean - 1e-12, "rating {k}: spent {spent}");
+        // Ratings whose budget pays for the Gaussian user steps are charged for them.
+        if b >= 1.0 {
+            assert!(
+                spent >= eps_mean + g - 1e-12,
+                "rating {k}: user steps not charged"
+            );
+        }
     }
     // Every mechanism states a unit and a neighbour relation (serialised as kebab-case).
     for mech in &fit.charges.mechanisms {
@@ -103,16 +113,23 @@ fn charges_follow_the_ledger_rules() {
 }
 
 /// An item nobody rated gets v_j = -eta_j / lambda_v, so lambda_v ||v_j|| must follow
-/// Gamma(dim, c / eps_noise) where eps_noise comes from dp-alt's per-round budget:
-/// (eps - eps_mean) / rounds minus the Jacobian term. A trainer that spent the wrong
-/// budget per round, or left the noise out, fails this KS test.
+/// Gamma(dim, c / eps_noise) where eps_noise comes from dp-alt's public threshold t
+/// (0.9 here, below the per-round budget (2 - mean_eps) / 2) minus the Jacobian term. A
+/// trainer that used the wrong budget per round, or left the noise out, fails this KS
+/// test.
 #[test]
 fn unrated_item_noise_has_the_per_round_scale() {
     let r = small();
     let m = Interactions::new(&r);
-    let t = alt(&["eps=2", "rounds=2", "d=2", "bias=0.8", "c=1"]);
-    let eps_mean = t.mean_share * 2.0;
-    let split = budget_split((2.0 - eps_mean) / 2.0, &t.item).unwrap();
+    let t = alt(&[
+        "eps=2",
+        "rounds=2",
+        "d=2",
+        "bias=0.8",
+        "c=1",
+        "threshold=0.9",
+    ]);
+    let split = budget_split(0.9, &t.item).unwrap();
     let (lat, b) = ((1.0f64 - 0.64).sqrt(), 0.8);
     let mut norms = Vec::new();
     for seed in 0..1500 {
@@ -144,7 +161,7 @@ fn unrated_item_noise_has_the_per_round_scale() {
     // The same samples reject a 10% wrong scale and the whole-budget-per-round scale.
     assert!(ks(right * 1.1) > crit, "10% larger scale not detected");
     assert!(ks(right / 1.1) > crit, "10% smaller scale not detected");
-    let whole = budget_split(2.0 - eps_mean, &t.item).unwrap();
+    let whole = budget_split(1.8, &t.item).unwrap();
     assert!(
         ks(1.0 / whole.eps_noise) > crit,
         "whole budget per round not detected"
@@ -155,7 +172,7 @@ fn unrated_item_noise_has_the_per_round_scale() {
 fn learns_on_low_rank_data_and_rejects_bad_parameters() {
     let (train, test) = common::low_rank(300, 200, 2, 0.3, 3);
     let m = Interactions::new(&train);
-    let fit = alt(&["eps=50", "user_sigma=0.5"])
+    let fit = alt(&["eps=50", "user_sigma=0.5", "threshold=20"])
         .fit(
             &TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE),
             &mut dprec::rng::seeded(2),
@@ -178,5 +195,7 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
     assert!(err(&["rounds=0"]).contains("rounds"));
     assert!(err(&["user_sigma=1", "user_eps=1"]).contains("user_sigma"));
     assert!(err(&["mean_share=0.9"]).contains("mean_share"));
+    // Data-dependent thresholds are refused (issue 8, finding 4).
+    assert!(err(&["threshold=mean"]).contains("threshold"));
     assert!(err(&["lamda_v=3"]).contains("lamda_v"));
 }

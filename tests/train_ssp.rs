@@ -266,11 +266,19 @@ fn charges_follow_the_rule_and_dp_alt_plans_what_it_charges() {
     let data = TrainData::new(&train, &tm, RatingScale::ONE_TO_FIVE);
     let orders = default_orders();
     for (params, count) in [
-        (vec!["user_solver=ssp", "rounds=2", "user_sigma=1.7"], 3u64),
-        (vec!["user_solver=ssp", "rounds=1", "user_sigma=1.7"], 2),
+        // eps = 100 per rating: every rating pays for the user steps at delta_r.
+        (
+            vec!["user_solver=ssp", "rounds=2", "user_sigma=1.7", "eps=100"],
+            3u64,
+        ),
+        (
+            vec!["user_solver=ssp", "rounds=1", "user_sigma=1.7", "eps=100"],
+            2,
+        ),
         (
             vec![
                 "user_solver=gd",
+                "eps=100",
                 "rounds=2",
                 "user_sigma=1.7",
                 "user_steps=4",

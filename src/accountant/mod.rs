@@ -7,7 +7,9 @@
 //! - [`PrivacyEvent::rdp_curve`] / [`compose_events`]: events to curves;
 //! - [`eps_from_rdp`] / [`delta_from_rdp`]: the improved RDP to (eps, delta)
 //!   conversion of dp_accounting and Opacus;
-//! - [`RenyiFilter`]: admission control for a per-user (eps_u, delta_u) budget.
+//! - [`RenyiFilter`]: admission control for a per-user (eps_u, delta_u) budget;
+//! - [`plan`]: the lifetime plan (T releases per user) and the calibration of
+//!   per-release noise from it, before any data is seen.
 //!
 //! Tested against closed forms (unit tests here) and against golden vectors
 //! produced by Google's dp_accounting (`tests/accountant_golden.rs`, generated
@@ -18,12 +20,16 @@ mod curve;
 mod event;
 mod filter;
 mod logmath;
+pub mod plan;
 pub mod rdp;
 
 pub use conversion::{delta_from_rdp, eps_from_rdp, PrivacyGuarantee};
 pub use curve::{default_orders, validate_orders, RdpCurve, NUM_DEFAULT_ORDERS};
 pub use event::{compose_events, PrivacyEvent};
 pub use filter::RenyiFilter;
+pub use plan::{
+    calibrate_gaussian, calibrate_pure, releases_left, LifetimePlan, DEFAULT_PLANNED_RELEASES,
+};
 
 /// Errors of the accountant; every parameter error names its field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

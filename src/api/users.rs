@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use super::auth::{ReaderKey, WriterKey};
 use super::domain::{Delta, Epsilon};
 use super::{json_body, path_id, ApiError, AppState, Page};
-use crate::accountant::RenyiFilter;
+use crate::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserSettings {
@@ -158,6 +158,9 @@ pub struct Spent {
     pub filter_eps: Option<f64>,
     /// eps_u - filter_eps.
     pub remaining_eps: Option<f64>,
+    /// Releases the user can still take part in at the per-release user-level cost of
+    /// the user's last release (the lifetime plan, DESIGN 3); null before the first.
+    pub releases_left: Option<u64>,
     /// Summary of the consumed RDP curve at a few orders.
     pub curve: Vec<RdpPoint>,
 }
@@ -288,6 +291,13 @@ pub async fn audit(
         })
         .collect();
     let (rtotal, rel) = state.store.audit_releases(&u.id, limit, offset).await?;
+    // Releases left at the per-release cost of the user's newest release.
+    let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
+    let releases_left = newest
+        .first()
+        .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok())
+        .and_then(|events| compose_events(&events, filter.orders()).ok())
+        .and_then(|cost| releases_left(&filter, &u.consumed, &cost).ok());
     let releases = rel
         .into_iter()
         .map(|c| ReleaseChargeView {
@@ -332,6 +342,7 @@ pub async fn audit(
             best_order: spent.best_order,
             filter_eps: finite(filter_eps),
             remaining_eps: finite(u.budget_eps - filter_eps),
+            releases_left,
             curve,
         },
         exhausted,

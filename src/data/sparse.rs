@@ -68,6 +68,28 @@ impl Compressed {
     pub fn row_source(&self, r: usize) -> &[u32] {
         &self.source[self.indptr[r]..self.indptr[r + 1]]
     }
+
+    /// The same view with only the entries whose source position passes `keep` (rows
+    /// and their order unchanged). Used to leave out ratings whose own release budget
+    /// cannot pay for a step: the choice depends on each rating alone.
+    pub fn retain(&self, keep: impl Fn(usize) -> bool) -> Compressed {
+        let mut out = Compressed {
+            indptr: Vec::with_capacity(self.indptr.len()),
+            ..Default::default()
+        };
+        out.indptr.push(0);
+        for row in 0..self.n_rows() {
+            for k in self.indptr[row]..self.indptr[row + 1] {
+                if keep(self.source[k] as usize) {
+                    out.indices.push(self.indices[k]);
+                    out.values.push(self.values[k]);
+                    out.source.push(self.source[k]);
+                }
+            }
+            out.indptr.push(out.indices.len());
+        }
+        out
+    }
 }
 
 /// A rating set in both user-major and item-major form.
@@ -110,6 +132,11 @@ mod tests {
         assert_eq!(m.by_item.row(2), (&[0u32, 2][..], &[5.0f32, 4.0][..]));
         assert_eq!(m.by_item.row_len(1), 0);
         assert_eq!(m.by_item.row_source(0), &[1u32, 2]);
+        let kept = m.by_user.retain(|k| k != 2);
+        assert_eq!(kept.row(0), (&[2u32][..], &[5.0f32][..]));
+        assert_eq!(kept.row_source(0), &[0u32]);
+        assert_eq!(kept.row(2), m.by_user.row(2));
+        assert_eq!(kept.n_rows(), 3);
         for k in 0..m.nnz() {
             let s = m.by_user.source[k] as usize;
             assert_eq!(m.by_user.values[k], r.values[s]);

@@ -100,37 +100,6 @@ pub fn pure_events(charges: impl IntoIterator<Item = f64>) -> Vec<PrivacyEvent> 
         .collect()
 }
 
-/// The largest share among a user's admitted ratings (none when no share is positive).
-fn max_share(admitted: &[Admitted]) -> Option<f64> {
-    admitted
-        .iter()
-        .map(|a| a.share)
-        .filter(|s| *s > 0.0)
-        .max_by(f64::total_cmp)
-}
-
-/// Completes one user's charges of a release (unit: one rating). `events` are the
-/// trainer's events for the user; `max_train` is the largest trainer charge among the
-/// user's ratings, `popularity` the popularity eps if any of them was counted (0 if not).
-///
-/// The trainer's pure-DP user events must add up to at least `max_train` (the
-/// `ReleaseCharges` contract); if they do not, that rating's amount is charged as one more
-/// `PureDp` rather than trusting them. The popularity release is charged once: each rating
-/// is in at most one count.
-pub fn complete_user_events(events: &mut Vec<PrivacyEvent>, max_train: f64, popularity: f64) {
-    let reported: f64 = events
-        .iter()
-        .map(|e| match e {
-            PrivacyEvent::PureDp { eps, count } => eps * *count as f64,
-            _ => 0.0,
-        })
-        .sum();
-    if reported + 1e-12 < max_train {
-        events.extend(pure_events([max_train]));
-    }
-    events.extend(pure_events([popularity]));
-}
-
 /// The RDP curve of `events` on the default grid (zero for no events).
 pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, AccountantError> {
     compose_events(events, &default_orders())
@@ -192,8 +161,11 @@ pub struct PlanParams {
     pub policy: SharePolicy,
     pub min_release_eps: f64,
     pub popularity_eps: f64,
-    /// The per-user event the trainer plans (`Trainer::planned_user_event`).
-    pub planned_user_event: Option<PrivacyEvent>,
+    /// User level (DESIGN 3): the RDP event one release costs every user who takes part,
+    /// the same constant for every user (`train::units::release_user_event`: the
+    /// trainer's user-level event and the popularity's, for users with at most `m`
+    /// ratings). `None`: nothing is charged per user.
+    pub user_event: Option<PrivacyEvent>,
     /// Apply the users' Renyi filters (false only for non-private releases, which
     /// charge nothing).
     pub check_user_filter: bool,
@@ -204,15 +176,13 @@ pub struct PlanParams {
 /// 1. Each rating gets [`release_share`]; exhausted ratings are left out.
 /// 2. A rating is counted in the popularity release iff its share is at least twice
 ///    `popularity_eps` (eps preferences are public metadata, so this selection is too).
-/// 3. Each user's planned cost is the trainer's planned user event composed with
-///    `PureDp(max share)` over the user's admitted ratings. The unit of privacy is one
-///    rating (DESIGN 3): the user's RDP ledger bounds the loss of any single rating of
-///    the user, whose pure-DP charges in this release (trainer plus popularity) are at
-///    most its share, and the RDP of pure DP is superadditive in eps, so one
-///    `PureDp(max share)` bounds the pure-DP events of any one rating. Users whose Renyi
-///    filter would not admit it are left out with all their ratings (skipped for
-///    non-private releases, which charge nothing). The commit re-checks the filter with
-///    the charges actually made.
+/// 3. A user takes part iff the user's Renyi filter admits `user_event`, the constant
+///    user-level cost of the release (the same for every user). So a rating's admission
+///    depends only on its own eps_ij and spend (and its user's), and a user's only on the
+///    user's own past charges: adding or removing one rating never changes the admission
+///    of any other rating or user (DESIGN 3; issue 8, finding 2). Users whose filter is
+///    full are left out with their ratings (skipped for non-private releases, which
+///    charge nothing). The commit re-checks the filter with the charges actually made.
 pub fn plan(
     params: &PlanParams,
     ratings: &[RatingBudget],
@@ -249,10 +219,8 @@ pub fn plan(
                 .insert(user.to_string(), Exclusion::UserInvalid("no budget".into()));
             continue;
         };
-        let mut events: Vec<PrivacyEvent> = params.planned_user_event.iter().cloned().collect();
-        // The unit is one rating: the user's ledger bounds the loss of any single rating of
-        // the user, so the pure-DP part of the plan is the largest share, not their sum.
-        events.extend(pure_events(max_share(&admitted)));
+        // The same constant for every user: nothing about the user's ratings enters.
+        let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
         let verdict = RenyiFilter::with_default_orders(budget.eps, budget.delta)
             .and_then(|f| f.admits(&budget.consumed, &user_cost(&events)?))
             .map_err(|e| e.to_string());
@@ -372,7 +340,7 @@ mod tests {
             policy: SharePolicy::Fraction(0.5),
             min_release_eps: 0.01,
             popularity_eps: 0.05,
-            planned_user_event: Some(PrivacyEvent::gaussian(5.0, 1).unwrap()),
+            user_event: Some(PrivacyEvent::gaussian(5.0, 1).unwrap()),
             check_user_filter: true,
         };
         let r = |id, user: &str, eps, spent| RatingBudget {
@@ -404,58 +372,40 @@ mod tests {
         assert!(!a5.popularity && a5.train_budget == a5.share);
     }
 
-    /// The unit is one rating: a heavy user's plan charges the largest share once, not the
-    /// sum over their ratings, so 300 ratings cost what one does (the sum, 75 here, would
-    /// exclude them at eps_u = 10).
+    /// Every user is charged the same constant: a heavy user with a large eps_ij rating
+    /// and a light user are admitted or excluded together, whatever their ratings.
     #[test]
-    fn plan_charges_the_largest_share_not_the_sum() {
+    fn plan_charges_every_user_the_same_constant() {
         let params = PlanParams {
             policy: SharePolicy::Fraction(0.25),
             min_release_eps: 0.001,
             popularity_eps: 0.05,
-            planned_user_event: Some(PrivacyEvent::gaussian(1.5, 2).unwrap()),
+            user_event: Some(PrivacyEvent::gaussian(1.5, 2).unwrap()),
             check_user_filter: true,
         };
-        let many: Vec<RatingBudget> = (0..300)
+        let mut many: Vec<RatingBudget> = (0..300)
             .map(|k| RatingBudget {
                 id: k,
                 user: "heavy".into(),
-                eps: if k == 7 { 2.0 } else { 1.0 },
+                eps: if k == 7 { 10.0 } else { 1.0 },
                 spent: 0.0,
             })
             .collect();
-        let p = plan(&params, &many, &budgets(&[("heavy", 10.0)]));
+        many.push(RatingBudget {
+            id: 300,
+            user: "light".into(),
+            eps: 0.1,
+            spent: 0.0,
+        });
+        let p = plan(
+            &params,
+            &many,
+            &budgets(&[("heavy", 10.0), ("light", 10.0)]),
+        );
         assert!(p.users_excluded.is_empty(), "{:?}", p.users_excluded);
-        assert_eq!(p.admitted.len(), 300);
-        // The same user with a budget below one release's worst rating is excluded.
-        let p = plan(&params, &many, &budgets(&[("heavy", 0.4)]));
-        assert_eq!(
-            p.users_excluded.get("heavy"),
-            Some(&Exclusion::UserFilterFull)
-        );
-    }
-
-    #[test]
-    fn user_events_cover_the_largest_rating_charge_and_popularity_once() {
-        let g = PrivacyEvent::gaussian(2.0, 1).unwrap();
-        // A trainer that reported no pure-DP event: the service charges the largest.
-        let mut e = vec![g.clone()];
-        complete_user_events(&mut e, 0.3, 0.05);
-        assert_eq!(
-            e,
-            vec![
-                g.clone(),
-                PrivacyEvent::PureDp { eps: 0.3, count: 1 },
-                PrivacyEvent::PureDp {
-                    eps: 0.05,
-                    count: 1
-                },
-            ]
-        );
-        // A trainer whose events already cover it: nothing added but the popularity.
-        let mut e = vec![g.clone(), PrivacyEvent::PureDp { eps: 0.3, count: 1 }];
-        complete_user_events(&mut e, 0.3, 0.0);
-        assert_eq!(e.len(), 2);
+        assert_eq!(p.admitted.len(), 301);
+        let p = plan(&params, &many, &budgets(&[("heavy", 0.4), ("light", 0.4)]));
+        assert_eq!(p.users_excluded.len(), 2, "{:?}", p.users_excluded);
     }
 
     /// A user whose consumed curve leaves no room is excluded even with a tiny charge.
@@ -470,7 +420,10 @@ mod tests {
             policy: SharePolicy::Split(10),
             min_release_eps: 1e-6,
             popularity_eps: 0.01,
-            planned_user_event: None,
+            user_event: Some(PrivacyEvent::PureDp {
+                eps: 1e-6,
+                count: 1,
+            }),
             check_user_filter: true,
         };
         let ratings = vec![RatingBudget {

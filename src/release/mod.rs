@@ -11,6 +11,7 @@ pub mod steps;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::accountant::LifetimePlan;
 use crate::config::Settings;
 use crate::data::RatingScale;
 use crate::ledger::SharePolicy;
@@ -39,6 +40,8 @@ pub struct ReleaseConfig {
     pub allow_non_private: bool,
     pub seed: Option<u64>,
     pub lease_secs: u64,
+    /// The lifetime plan the per-release costs are calibrated to (`None`: as configured).
+    pub plan: Option<LifetimePlan>,
 }
 
 impl ReleaseConfig {
@@ -51,6 +54,14 @@ impl ReleaseConfig {
             allow_non_private: s.trainer.allow_non_private,
             seed: s.trainer.seed,
             lease_secs: s.scheduler.lease_secs,
+            plan: match s.budget.planned_releases {
+                0 => None,
+                t => Some(LifetimePlan::new(
+                    t,
+                    s.budget.default_user_eps,
+                    s.budget.default_user_delta,
+                )?),
+            },
         })
     }
 }
@@ -99,6 +110,10 @@ pub enum ReleaseError {
     BadCharge(String),
     #[error("popularity release: {0}")]
     Popularity(String),
+    /// The release's costs could not be fixed from the plan (no user-level cost, or no
+    /// noise level fits).
+    #[error("calibration to the release plan: {0}")]
+    Calibration(String),
     #[error("injected failure before commit: {0}")]
     Injected(String),
     #[error("the trained model cannot be served: {0}")]
@@ -300,16 +315,22 @@ impl Retrainer {
     /// succeeds; the served model changes only after it.
     pub async fn release(&self, job_id: Option<i64>) -> Result<i64, ReleaseError> {
         let snap = self.store.snapshot().await?;
-        let Admission { plan, private } = steps::admit(&self.config, &*self.trainer, &snap)?;
+        let Admission {
+            plan,
+            private,
+            trainer,
+            popularity_eps: pop_eps,
+            user_event,
+        } = steps::admit(&self.config, &self.trainer, &snap)?;
         let set = steps::training_set(&snap, &plan)?;
         let (fitted, mut rng) =
-            steps::fit(self.trainer.clone(), &set, &self.config, self.prior(&set)).await?;
-        let pop_eps = self.config.popularity_eps;
+            steps::fit(trainer.clone(), &set, &self.config, self.prior(&set)).await?;
         let (counts, pop_charges) = steps::popularity(&set, &plan, pop_eps, &mut rng)?;
-        let charges = if private {
-            steps::collect_charges(&snap, &plan, &set, &fitted.charges, &pop_charges)?
-        } else {
-            steps::Charges::default()
+        let charges = match (&user_event, private) {
+            (Some(e), true) => {
+                steps::collect_charges(&snap, &plan, &set, &fitted.charges, &pop_charges, e)?
+            }
+            _ => steps::Charges::default(),
         };
         if let Some(h) = &self.hooks.before_commit {
             h().map_err(ReleaseError::Injected)?;
@@ -324,7 +345,7 @@ impl Retrainer {
             Guarantee::NonPrivate
         };
         let rec = steps::record(RecordInput {
-            trainer: &*self.trainer,
+            trainer: &*trainer,
             guarantee,
             set: &set,
             model: &fitted.model,

@@ -9,26 +9,61 @@ use std::sync::Arc;
 use super::{ReleaseConfig, ReleaseError};
 use crate::accountant::PrivacyEvent;
 use crate::data::{IdMap, Interactions, Ratings};
-use crate::ledger::{complete_user_events, plan, Plan, PlanParams};
+use crate::ledger::{plan, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
 use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
-use crate::train::charges::{largest_per_user, MechanismRecord, Neighbour, PrivacyUnit};
-use crate::train::{dp_stats, FactorModel, Fitted, Guarantee, ReleaseCharges, TrainData, Trainer};
+use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use crate::train::{
+    dp_stats, units, FactorModel, Fitted, Guarantee, ReleaseCharges, TrainData, Trainer,
+};
 
 /// Which ratings a release uses and whether it is private.
-#[derive(Debug)]
 pub struct Admission {
     pub plan: Plan,
     /// Proven trainer: charged and filtered; otherwise an allowed non-private release.
     pub private: bool,
+    /// The trainer this release runs: calibrated to the lifetime plan (private releases).
+    pub trainer: Arc<dyn Trainer>,
+    /// The popularity eps of this release (calibrated with the trainer).
+    pub popularity_eps: f64,
+    /// The per-release user-level event charged to every participating user.
+    pub user_event: Option<PrivacyEvent>,
 }
 
-/// Step 1: refuse trainers that may not be served, then plan the admission from the
-/// snapshot's budgets (pure; see [`crate::ledger::plan`]).
+/// The release's costs from public values only (DESIGN 3, lifetime): `m` bounds any
+/// user's ratings (the public catalogue's size: one rating per item), and the trainer and
+/// the popularity eps are scaled so that `cfg.planned_releases` releases fit the default
+/// user budget ([`units::calibrate_release`]). A trainer that cannot be scaled runs as
+/// configured; a proven trainer without a user-level cost is refused.
+pub fn calibrate(
+    cfg: &ReleaseConfig,
+    trainer: &Arc<dyn Trainer>,
+    m: u64,
+) -> Result<(Arc<dyn Trainer>, f64, PrivacyEvent), ReleaseError> {
+    if let Some(plan) = &cfg.plan {
+        if trainer.scaled(1.0).is_some() {
+            let c = units::calibrate_release(trainer.as_ref(), plan, m, cfg.popularity_eps)
+                .map_err(ReleaseError::Calibration)?;
+            return Ok((Arc::from(c.trainer), c.popularity_eps, c.user_event));
+        }
+    }
+    let event =
+        units::release_user_event(trainer.as_ref(), m, cfg.popularity_eps).ok_or_else(|| {
+            ReleaseError::Calibration(format!(
+                "trainer {} states no user-level cost (Trainer::user_level_event)",
+                trainer.name()
+            ))
+        })?;
+    Ok((trainer.clone(), cfg.popularity_eps, event))
+}
+
+/// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
+/// lifetime plan, then plan the admission from the snapshot's budgets (pure; see
+/// [`crate::ledger::plan`]).
 pub fn admit(
     cfg: &ReleaseConfig,
-    trainer: &dyn Trainer,
+    trainer: &Arc<dyn Trainer>,
     snap: &Snapshot,
 ) -> Result<Admission, ReleaseError> {
     let private = match trainer.guarantee() {
@@ -41,11 +76,18 @@ pub fn admit(
             })
         }
     };
+    let (trainer, popularity_eps, user_event) = if private {
+        let m = snap.items.len().max(1) as u64;
+        let (t, p, e) = calibrate(cfg, trainer, m)?;
+        (t, p, Some(e))
+    } else {
+        (trainer.clone(), cfg.popularity_eps, None)
+    };
     let params = PlanParams {
         policy: cfg.policy,
         min_release_eps: cfg.min_release_eps,
-        popularity_eps: cfg.popularity_eps,
-        planned_user_event: trainer.planned_user_event(),
+        popularity_eps,
+        user_event: user_event.clone(),
         check_user_filter: private,
     };
     let plan = plan(&params, &snap.budgets(), &snap.users);
@@ -56,7 +98,13 @@ pub fn admit(
             excluded: plan.users_excluded.len(),
         });
     }
-    Ok(Admission { plan, private })
+    Ok(Admission {
+        plan,
+        private,
+        trainer,
+        popularity_eps,
+        user_event,
+    })
 }
 
 /// The admitted ratings in dense indices: participating users (sorted), the whole item
@@ -185,15 +233,17 @@ pub struct Charges {
 }
 
 /// Step 5 (private releases): the trainer's charges and the popularity's, checked against
-/// the plan and turned into ledger rows. Per rating: trainer + popularity eps. Per user:
-/// the trainer's events, completed to cover the user's largest trainer charge (the
-/// `ReleaseCharges` contract), then the popularity's event (each rating is in one count).
+/// the plan and turned into ledger rows. Per rating (unit: rating): trainer + popularity
+/// eps. Per user (unit: user): the release's constant user-level event, the same for
+/// every participating user (the trainer's per-user rating-level events are not user
+/// charges; they stay in the mechanism records).
 pub fn collect_charges(
     snap: &Snapshot,
     plan: &Plan,
     set: &TrainingSet,
     trainer: &ReleaseCharges,
     popularity: &ReleaseCharges,
+    user_event: &PrivacyEvent,
 ) -> Result<Charges, ReleaseError> {
     let n = set.ratings.len();
     if let Some(bad) = trainer.ratings.iter().find(|c| c.position as usize >= n) {
@@ -224,20 +274,17 @@ pub fn collect_charges(
         }
     }
     let n_users = set.users.len();
-    let users_of = &set.ratings.users;
-    let max_train = largest_per_user(users_of, n_users, train.iter().copied().enumerate());
-    let max_pop = largest_per_user(users_of, n_users, pop.iter().copied().enumerate());
     let trainer_events = trainer.user_events();
-    let mut users = BTreeMap::new();
-    for u in 0..n_users as u32 {
-        let mut events = trainer_events.get(&u).cloned().unwrap_or_default();
-        let (t, p) = (max_train[u as usize], max_pop[u as usize]);
-        if events.is_empty() && t + p <= 0.0 {
-            continue;
-        }
-        complete_user_events(&mut events, t, p);
-        users.insert(set.user_ids[u as usize].clone(), events);
-    }
+    // Stored as the list of its parts (trainer, popularity) so the audit shows each.
+    let parts = match user_event {
+        PrivacyEvent::Composed { events } => events.clone(),
+        other => vec![other.clone()],
+    };
+    let users: BTreeMap<String, Vec<PrivacyEvent>> = set
+        .user_ids
+        .iter()
+        .map(|u| (u.clone(), parts.clone()))
+        .collect();
     if let Some(&u) = trainer_events.keys().find(|&&u| u as usize >= n_users) {
         return Err(ReleaseError::BadCharge(format!(
             "trainer charged unknown user index {u}"

@@ -302,16 +302,6 @@ impl Store {
             items,
         })
     }
-
-    /// Ratings created or re-rated after `since_ms` (scheduler trigger).
-    pub async fn ratings_updated_since(&self, since_ms: i64) -> Result<i64, StoreError> {
-        let r =
-            sqlx::query("SELECT COUNT(*) FROM ratings WHERE updated_at > $1 AND value IS NOT NULL")
-                .bind(since_ms)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(r.try_get(0)?)
-    }
 }
 
 /// Creates missing users (and revives deleted ones) with the default budgets; returns

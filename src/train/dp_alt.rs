@@ -3,15 +3,26 @@
 //! privacy is the composition of the steps' charges and nothing else.
 //!
 //! One release:
-//! 1. DP global mean (exact discrete Laplace on sum and count, [`dp_stats`]), a small
-//!    `mean_share` of the smallest per-rating budget, charged to every rating;
+//! 1. DP global mean (exact discrete Laplace on sum and count, [`dp_stats`]) at the public
+//!    `mean_eps`, over the ratings whose release budget exceeds twice that, each charged
+//!    `mean_eps`;
 //! 2. a DP user step on data-independent random item features: user biases and a first,
 //!    rough user profile;
 //! 3. `rounds` times: a DP item step ([`objpert::dp_item_step`]: RSM sampling + objective
-//!    perturbation, eta once per step) on the DP user profiles of the step before, with the
-//!    DP user biases as offsets, spending `1/rounds` of each rating's remaining budget;
-//!    then a DP user step on the item profiles just released (public from then on);
+//!    perturbation at the PUBLIC threshold `t`, eta once per step) on the DP user profiles
+//!    of the step before, with the DP user biases as offsets, spending `1/rounds` of what
+//!    is left of each rating's budget; then a DP user step on the item profiles just
+//!    released (public from then on);
 //! 4. publish (global mean, user biases, item biases, user profiles, item profiles).
+//!
+//! Every parameter is public (issue 8, finding 4): `t` and `mean_eps` come from the
+//! parameters (or the release plan), never from the eps_ij of the ratings present.
+//!
+//! Rating level (issue 8, finding 3): the Gaussian user steps touch a rating, so they
+//! charge it: the RDP of all `(rounds + 1) J` Gaussian releases of one release, converted
+//! at the public `delta_r` ([`DpAlt::user_steps_rating_eps`]). A rating takes part in the
+//! user steps only if its own release budget pays for that with as much again to spare;
+//! every user of the release gets a user-step release (noise only without usable ratings).
 //!
 //! The user step is chosen by `user_solver`:
 //! - `ssp` ([`ssp::ssp_user_step`]): each user's ridge sufficient statistics
@@ -41,7 +52,7 @@
 
 use ndarray::Array1;
 
-use super::charges::ReleaseCharges;
+use super::charges::{RatingCharge, ReleaseCharges};
 use super::dp_stats;
 use super::gaussian_mf::{self, UserNoise, UserOffsets, UserStepConfig, UserStepOutput};
 use super::objpert::{self, ItemStepConfig};
@@ -81,8 +92,12 @@ pub struct DpAlt {
     pub d: usize,
     /// Item/user alternations after the first user step.
     pub rounds: usize,
-    /// Share of the smallest per-rating budget spent on the DP global mean.
-    pub mean_share: f64,
+    /// eps of the DP global mean (public, from configuration; 0 = no mean, the scale's
+    /// midpoint). Only ratings whose release budget exceeds it take part in the mean.
+    pub mean_eps: f64,
+    /// The public delta_r at which the user steps' Gaussian RDP is converted to a
+    /// per-rating eps (rating level, DESIGN 3).
+    pub delta_r: f64,
     /// Item step: objective-perturbation settings (threshold, lambda_v, c, bias weight).
     pub item: ItemStepConfig,
     /// User steps: SSP or Gaussian gradient steps (noise multiplier fixed or calibrated).
@@ -98,9 +113,11 @@ impl Default for DpAlt {
             eps: 1.0,
             d: 1,
             rounds: 1,
-            mean_share: 0.02,
+            mean_eps: 0.005,
+            delta_r: 1e-5,
             item: ItemStepConfig {
-                threshold: Threshold::Mean,
+                // Public (DESIGN 2.6): never the mean or max of the eps_ij present.
+                threshold: Threshold::Fixed(0.25),
                 lambda_v: 2.0,
                 jacobian_share: 0.2,
                 loss_scale: 0.7,
@@ -143,7 +160,7 @@ impl DpAlt {
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = Self::default();
         let item = ItemStepConfig {
-            threshold: objpert::parse_threshold(p, d.item.threshold)?,
+            threshold: public_threshold(p, d.item.threshold)?,
             lambda_v: p.positive("lambda_v", d.item.lambda_v)?,
             jacobian_share: p.non_negative("jacobian_share", d.item.jacobian_share)?,
             loss_scale: p.positive("c", d.item.loss_scale)?,
@@ -219,14 +236,15 @@ impl DpAlt {
             eps: p.positive("eps", d.eps)?,
             d: p.usize_in("d", d.d, 1, 256)?,
             rounds,
-            mean_share: p.f64("mean_share", d.mean_share)?,
+            mean_eps: p.non_negative("mean_eps", d.mean_eps)?,
+            delta_r: p.positive("delta_r", d.delta_r)?,
             item,
             user,
         };
-        if !(0.0..0.5).contains(&t.mean_share) {
+        if t.delta_r >= 1.0 {
             return Err(invalid(
-                "mean_share",
-                format!("must be in [0, 0.5), got {}", t.mean_share),
+                "delta_r",
+                format!("must be < 1, got {}", t.delta_r),
             ));
         }
         p.reject_unknown("dp-alt")?;
@@ -271,7 +289,8 @@ impl Trainer for DpAlt {
 
     fn params(&self) -> serde_json::Value {
         let mut v = serde_json::json!({
-            "eps": self.eps, "d": self.d, "rounds": self.rounds, "mean_share": self.mean_share,
+            "eps": self.eps, "d": self.d, "rounds": self.rounds, "mean_eps": self.mean_eps,
+            "delta_r": self.delta_r,
             "threshold": format!("{:?}", self.item.threshold), "lambda_v": self.item.lambda_v,
             "jacobian_share": self.item.jacobian_share, "c": self.item.loss_scale,
             "bias": self.item.bias_weight, "user_sigma": self.noise_multiplier(),
@@ -304,6 +323,57 @@ impl Trainer for DpAlt {
         })
     }
 
+    /// Group privacy over the user's at most `m` ratings: each is charged at most
+    /// `mean_eps + rounds t` by the pure-DP steps (so `PureDp(m (mean_eps + rounds t))`),
+    /// and the user's sufficient statistics / clipped gradients move by at most `m` times
+    /// the one-rating sensitivity (so `Gaussian { z / m }` for each user-step release).
+    fn user_level_event(&self, m: u64) -> Option<PrivacyEvent> {
+        let Threshold::Fixed(t) = self.item.threshold else {
+            return None;
+        };
+        let m = m.max(1) as f64;
+        let pure = m * (self.mean_eps + self.rounds as f64 * t);
+        let count = ((self.rounds + 1) * self.user.releases_per_step()) as u64;
+        Some(PrivacyEvent::Composed {
+            events: vec![
+                PrivacyEvent::PureDp {
+                    eps: pure,
+                    count: 1,
+                },
+                PrivacyEvent::Gaussian {
+                    noise_multiplier: self.noise_multiplier() / m,
+                    count,
+                },
+            ],
+        })
+    }
+
+    fn rating_cap(&self) -> Option<f64> {
+        let Threshold::Fixed(t) = self.item.threshold else {
+            return None;
+        };
+        let g = self.user_steps_rating_eps().ok()?;
+        Some(self.mean_eps + g + self.rounds as f64 * t)
+    }
+
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        if !(factor.is_finite() && factor >= 1.0) {
+            return None;
+        }
+        let Threshold::Fixed(t) = self.item.threshold else {
+            return None;
+        };
+        let mut out = self.clone();
+        out.item.threshold = Threshold::Fixed(t / factor);
+        out.mean_eps = self.mean_eps / factor;
+        let z = self.noise_multiplier() * factor;
+        match &mut out.user {
+            UserSolver::Gd(c) => c.noise = UserNoise::Multiplier(z),
+            UserSolver::Ssp(c) => c.noise_multiplier = z,
+        }
+        Some(Box::new(out))
+    }
+
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let r = data.ratings;
         if r.is_empty() {
@@ -311,48 +381,42 @@ impl Trainer for DpAlt {
         }
         let m = data.matrix;
         let budgets = objpert::preferences(data, Some(self.eps), &Default::default(), rng)?;
-        let offered = |k: &usize| budgets[*k] > 0.0;
-        // 1. DP global mean over the offered ratings, at a share of the smallest budget.
-        let min_budget = (0..r.len())
-            .filter(offered)
-            .map(|k| budgets[k])
-            .fold(f64::INFINITY, f64::min);
-        if !min_budget.is_finite() {
+        let split = self.split_budgets(&budgets)?;
+        if split.item_round.iter().all(|&b| b <= 0.0) && split.in_user_steps.iter().all(|u| !u) {
             return Err(TrainError::EmptyData);
         }
         let mut charges = ReleaseCharges::default();
-        let (mean, eps_mean) = if self.mean_share > 0.0 {
-            let eps_mean = self.mean_share * min_budget;
-            let positions: Vec<usize> = (0..r.len()).filter(offered).collect();
+        // 1. DP global mean over the ratings whose budget pays for it (public eps).
+        let positions: Vec<usize> = (0..r.len()).filter(|&k| split.in_mean[k]).collect();
+        let mean = if self.mean_eps > 0.0 && !positions.is_empty() {
             let used = r.select(&positions);
-            let (mean, mut c) = dp_stats::dp_global_mean(&used, data.scale, eps_mean, rng)?;
+            let (mean, mut c) = dp_stats::dp_global_mean(&used, data.scale, self.mean_eps, rng)?;
             // Map the charges back to positions in `r`.
             for ch in &mut c.ratings {
                 ch.position = positions[ch.position as usize] as u32;
             }
             charges.extend(c);
-            (mean, eps_mean)
+            mean
         } else {
-            ((data.scale.min + data.scale.max) / 2.0, 0.0)
+            (data.scale.min + data.scale.max) / 2.0
         };
-        // Each item step spends an equal part of what the mean left of each budget.
-        let per_round: Vec<f64> = budgets
-            .iter()
-            .map(|&b| {
-                if b > 0.0 {
-                    (b - eps_mean) / self.rounds as f64
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        // Users with an offered rating take part in the user steps.
-        let mut eligible_users = vec![false; m.n_users];
-        for k in (0..r.len()).filter(offered) {
-            eligible_users[r.users[k] as usize] = true;
-        }
-        // The user steps see only offered ratings: the others are zeroed out of the view.
-        let by_user = restrict(&m.by_user, &budgets);
+        let per_round = split.item_round;
+        // Every user of the release gets a user-step release (noise only without usable
+        // ratings), so whether a user has ratings does not show in its profile.
+        let eligible_users = vec![true; m.n_users];
+        // The user steps see only the ratings that pay for them; every one is charged the
+        // user steps' eps at delta_r (rating level), once per release.
+        let by_user = m.by_user.retain(|k| split.in_user_steps[k]);
+        charges
+            .ratings
+            .extend(
+                (0..r.len())
+                    .filter(|&k| split.in_user_steps[k])
+                    .map(|k| RatingCharge {
+                        position: k as u32,
+                        eps: split.user_steps_eps,
+                    }),
+            );
 
         // 2. First user step on data-independent random item features.
         let v0 = objpert::random_unit_rows(m.n_items, self.d, rng);
@@ -440,26 +504,69 @@ fn unit_rows(u: &ndarray::Array2<f64>) -> ndarray::Array2<f64> {
     out
 }
 
-/// The user-major view without the entries whose budget is 0 (not offered).
-fn restrict(view: &crate::data::Compressed, budgets: &[f64]) -> crate::data::Compressed {
-    if budgets.iter().all(|&b| b > 0.0) {
-        return view.clone();
+/// Parses `threshold` as a public number; `mean` and `max` (statistics of the eps_ij
+/// present, private under add/remove) are refused (DESIGN 2.6, issue 8 finding 4).
+fn public_threshold(p: &Params, default: Threshold) -> Result<Threshold, TrainError> {
+    match objpert::parse_threshold(p, default)? {
+        t @ Threshold::Fixed(_) => Ok(t),
+        other => Err(invalid(
+            "threshold",
+            format!(
+                "{other:?} is computed from the eps_ij of the ratings present, which is not \
+                 public; give a number"
+            ),
+        )),
     }
-    let mut out = crate::data::Compressed {
-        indptr: Vec::with_capacity(view.indptr.len()),
-        ..Default::default()
-    };
-    out.indptr.push(0);
-    for row in 0..view.n_rows() {
-        let span = view.indptr[row]..view.indptr[row + 1];
-        for k in span {
-            if budgets[view.source[k] as usize] > 0.0 {
-                out.indices.push(view.indices[k]);
-                out.values.push(view.values[k]);
-                out.source.push(view.source[k]);
+}
+
+/// How one release divides each rating's budget (all from public values: the rating's own
+/// release budget and the trainer's parameters).
+#[derive(Debug, Clone)]
+struct BudgetSplitPerRating {
+    in_mean: Vec<bool>,
+    in_user_steps: Vec<bool>,
+    /// eps of all the user steps of one release at delta_r (charged once per release).
+    user_steps_eps: f64,
+    /// What each item step may spend on the rating (0: not offered).
+    item_round: Vec<f64>,
+}
+
+impl DpAlt {
+    /// The per-rating eps (at `delta_r`) of all the Gaussian user steps of one release.
+    pub fn user_steps_rating_eps(&self) -> Result<f64, TrainError> {
+        let steps = ((self.rounds + 1) * self.user.releases_per_step()) as u64;
+        gaussian_mf::gaussian_steps_eps(self.noise_multiplier(), steps, self.delta_r)
+    }
+
+    /// Rating k: takes part in the mean iff its budget exceeds `mean_eps`; in the user
+    /// steps iff what is left pays for them with some budget to spare for the item steps
+    /// (at least as much again); the rest is split evenly over the item steps.
+    fn split_budgets(&self, budgets: &[f64]) -> Result<BudgetSplitPerRating, TrainError> {
+        let g = self.user_steps_rating_eps()?;
+        let n = budgets.len();
+        let mut out = BudgetSplitPerRating {
+            in_mean: vec![false; n],
+            in_user_steps: vec![false; n],
+            user_steps_eps: g,
+            item_round: vec![0.0; n],
+        };
+        for (k, &b) in budgets.iter().enumerate() {
+            if b <= 0.0 {
+                continue;
             }
+            let mut left = b;
+            if self.mean_eps > 0.0 && left > 2.0 * self.mean_eps {
+                out.in_mean[k] = true;
+                left -= self.mean_eps;
+            }
+            if left >= 2.0 * g {
+                out.in_user_steps[k] = true;
+                left -= g;
+            }
+            // A hair below the exact split, so that the sum of the charges never exceeds
+            // the budget by rounding.
+            out.item_round[k] = (left / self.rounds as f64 * (1.0 - 1e-12)).max(0.0);
         }
-        out.indptr.push(out.indices.len());
+        Ok(out)
     }
-    out
 }

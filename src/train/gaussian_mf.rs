@@ -31,7 +31,9 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge, PAPER_FAITHFUL};
+use super::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
+};
 use super::params::ParamError;
 use super::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
@@ -641,6 +643,29 @@ impl Trainer for GaussianMf {
         PrivacyEvent::gaussian(self.noise_multiplier, self.step.steps as u64).ok()
     }
 
+    /// A user's at most `m` ratings move the user's clipped gradient sum by at most `m`
+    /// times the one-rating sensitivity: `Gaussian { z / m, count: J }`.
+    fn user_level_event(&self, m: u64) -> Option<PrivacyEvent> {
+        PrivacyEvent::gaussian(
+            self.noise_multiplier / m.max(1) as f64,
+            self.step.steps as u64,
+        )
+        .ok()
+    }
+
+    fn rating_cap(&self) -> Option<f64> {
+        gaussian_steps_eps(self.noise_multiplier, self.step.steps as u64, self.delta_r).ok()
+    }
+
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        if !(factor.is_finite() && factor >= 1.0) {
+            return None;
+        }
+        let mut out = self.clone();
+        out.noise_multiplier = self.noise_multiplier * factor;
+        Some(Box::new(out))
+    }
+
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let m = data.matrix;
         if data.ratings.is_empty() {
@@ -700,13 +725,27 @@ impl Trainer for GaussianMf {
             global,
             item_bias: Some(&item_bias),
         };
-        let out = dp_user_step(&m.by_user, &offsets, features.view(), None, &step, rng)?;
-        let mut charges = out.charges;
+        // Rating level (DESIGN 3): the J Gaussian steps cost every rating they touch
+        // `eps` at the public delta_r (RDP of J steps, converted). A rating whose own
+        // release budget cannot pay for that is left out of the step (the choice depends
+        // on that rating's public budget alone); every rating used is charged.
         let steps = self.step.steps as u64;
-        let eps = gaussian_steps_eps(out.noise_multiplier, steps, self.delta_r)?;
+        let eps = gaussian_steps_eps(self.noise_multiplier, steps, self.delta_r)?;
+        let usable = |k: usize| data.budgets.is_none_or(|b| b[k] >= eps);
+        let view = m.by_user.retain(usable);
+        let out = dp_user_step(&view, &offsets, features.view(), None, &step, rng)?;
+        let mut charges = out.charges;
+        charges.ratings = view
+            .source
+            .iter()
+            .map(|&position| RatingCharge { position, eps })
+            .collect();
         let eps_i = paper_step_eps(out.noise_multiplier, self.delta);
         if let Some(rec) = charges.mechanisms.first_mut() {
             rec.params["per_user_eps"] = serde_json::json!(eps);
+            rec.params["per_rating_eps"] = serde_json::json!(eps);
+            rec.params["rating_selection"] =
+                serde_json::json!("ratings whose release budget >= per_rating_eps");
             rec.params["delta_r"] = serde_json::json!(self.delta_r);
             rec.params["paper_step_eps_i"] = serde_json::json!(eps_i);
             rec.params["paper_delta"] = serde_json::json!(self.delta);

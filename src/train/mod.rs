@@ -22,6 +22,7 @@ pub mod references;
 pub mod sgd;
 pub mod ssp;
 pub mod sym_eigen;
+pub mod units;
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
@@ -107,6 +108,26 @@ pub trait Trainer: Send + Sync {
     /// training so the curator can leave out users whose Renyi filter would not admit it.
     /// `None` when the trainer charges no per-user RDP.
     fn planned_user_event(&self) -> Option<crate::accountant::PrivacyEvent> {
+        None
+    }
+    /// User level (DESIGN 3, issue 8 finding 6): the RDP event one release costs ANY user
+    /// with at most `max_ratings` ratings (all of the user's ratings added or removed), a
+    /// constant known before data. `None`: the trainer states no user-level bound (the
+    /// service refuses to serve a proven trainer without one).
+    fn user_level_event(&self, max_ratings: u64) -> Option<crate::accountant::PrivacyEvent> {
+        let _ = max_ratings;
+        None
+    }
+    /// The largest eps one release charges any single rating (rating level, a public
+    /// constant); `None` when unknown.
+    fn rating_cap(&self) -> Option<f64> {
+        None
+    }
+    /// The same trainer with every per-release privacy cost scaled down by `factor >= 1`
+    /// (noise multipliers times `factor`, pure eps divided by it), for the lifetime plan's
+    /// calibration. `None`: the trainer cannot be calibrated.
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        let _ = factor;
         None
     }
     /// Trains on `data`; all randomness comes from `rng`.

@@ -58,6 +58,16 @@ impl Trainer for FakeDp {
         self.user_event.clone()
     }
 
+    /// The fake declares its user event as its user-level cost (whatever `m`); with no
+    /// event it states a free user level (it charges only ratings).
+    fn user_level_event(&self, _m: u64) -> Option<PrivacyEvent> {
+        Some(
+            self.user_event
+                .clone()
+                .unwrap_or(PrivacyEvent::PureDp { eps: 0.0, count: 1 }),
+        )
+    }
+
     fn fit(&self, data: &TrainData<'_>, _rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let mode = self.mode.load(Ordering::SeqCst);
         if mode == PANIC {

@@ -12,6 +12,7 @@ mod hardening;
 mod health;
 mod lease;
 mod ldp;
+mod honest;
 mod ledger;
 mod models;
 mod ratings;
