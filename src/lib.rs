@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod eval;
+pub mod ldp;
 pub mod ledger;
 pub mod metrics;
 pub mod privacy;

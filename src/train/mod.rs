@@ -14,6 +14,7 @@ pub mod linalg;
 pub mod model;
 pub mod objpert;
 pub mod params;
+pub mod private_gd;
 pub mod ranker;
 pub mod sgd;
 pub mod ssp;
@@ -150,6 +151,10 @@ pub const TRAINERS: &[(&str, &str)] = &[
         "paper-dp-pmf",
         "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven",
     ),
+    (
+        "private-gd",
+        "Private-GD / GD-DR simulated: every user sends one eps/rounds-LDP bit per round about its clipped, projected gradient (user-level local eps, proven)",
+    ),
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
@@ -185,6 +190,7 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
         "dp-pmf" => Box::new(objpert::PdpPmf::from_params(params, true)?),
         "paper-pdp-pmf" => Box::new(objpert::PaperPmf::from_params(params, false)?),
         "paper-dp-pmf" => Box::new(objpert::PaperPmf::from_params(params, true)?),
+        "private-gd" => Box::new(private_gd::PrivateGd::from_params(params)?),
         other => return Err(TrainError::UnknownTrainer(other.to_owned())),
     };
     Ok(t)
