@@ -6,6 +6,7 @@ pub mod domain;
 pub mod health;
 pub mod models;
 pub mod openapi;
+pub mod private_gd;
 pub mod problem;
 pub mod ratings;
 pub mod recommend;
@@ -170,6 +171,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/models/current/items").get(models::item_profiles))
                 .service(web::resource("/models/current/users/{user}").get(models::user_profile))
                 .service(web::resource("/admin/retrain").post(admin::retrain))
-                .service(web::resource("/admin/jobs/{id}").get(admin::job)),
+                .service(web::resource("/admin/jobs/{id}").get(admin::job))
+                .service(web::resource("/private-gd/round").get(private_gd::round))
+                .service(web::resource("/private-gd/reports").post(private_gd::report))
+                .service(web::resource("/admin/private-gd/rounds").post(private_gd::advance)),
         );
 }

@@ -211,6 +211,77 @@ impl RoundState {
     }
 }
 
+/// A round as the service publishes it: the protocol state plus the item ids of the
+/// catalogue axis, with `V` as rows (`item_factors[j]` is the profile of `items[j]`).
+/// The client maps its own ratings to indices with [`PublishedRound::ratings_by_index`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PublishedRound {
+    pub round: u64,
+    pub schedule: Schedule,
+    pub items: Vec<String>,
+    pub item_factors: Vec<Vec<f64>>,
+    /// Rows of the reported matrix (`q`, or the number of items without a projection).
+    pub report_rows: usize,
+    /// The local eps each report costs (`eps_total / rounds`).
+    pub eps_round: f64,
+}
+
+impl PublishedRound {
+    pub fn new(state: &RoundState, items: Vec<String>) -> Result<Self> {
+        if items.len() != state.n_items() {
+            return Err(invalid("items", "one id per row of the item profiles"));
+        }
+        Ok(Self {
+            round: state.round,
+            schedule: state.schedule.clone(),
+            items,
+            item_factors: state
+                .item_factors
+                .outer_iter()
+                .map(|r| r.to_vec())
+                .collect(),
+            report_rows: state.report_rows(),
+            eps_round: state.schedule.eps_round(),
+        })
+    }
+
+    /// The protocol state (checks the shape and the schedule).
+    pub fn state(&self) -> Result<RoundState> {
+        let m = self.items.len();
+        let d = self.schedule.rank;
+        if self.item_factors.len() != m || self.item_factors.iter().any(|r| r.len() != d) {
+            return Err(invalid("item_factors", format!("must be {m} rows of {d}")));
+        }
+        self.schedule.validate(m)?;
+        let flat: Vec<f64> = self.item_factors.iter().flatten().copied().collect();
+        if flat.iter().any(|x| !x.is_finite()) {
+            return Err(invalid("item_factors", "must be finite"));
+        }
+        let v = Array2::from_shape_vec((m, d), flat)
+            .map_err(|e| invalid("item_factors", e.to_string()))?;
+        Ok(RoundState {
+            round: self.round,
+            schedule: self.schedule.clone(),
+            item_factors: v,
+        })
+    }
+
+    /// The user's ratings `(item id, value)` as `(item index, value)`; items outside the
+    /// schedule's catalogue are left out (they have no public profile).
+    pub fn ratings_by_index(&self, ratings: &[(&str, f64)]) -> Vec<(u32, f64)> {
+        let index: std::collections::HashMap<&str, u32> = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(j, id)| (id.as_str(), j as u32))
+            .collect();
+        ratings
+            .iter()
+            .filter_map(|(id, v)| index.get(id).map(|&j| (j, *v)))
+            .collect()
+    }
+}
+
 /// One user's report for one round: a coordinate and one bit. `rows` and `rank` echo the
 /// round's dimensions so a report computed against a stale state is rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -232,14 +303,18 @@ impl Report {
     /// Checks that the report fits the open round `state` (round id, dimensions, ranges,
     /// bit). The curator calls this before storing or aggregating anything.
     pub fn validate(&self, state: &RoundState) -> Result<()> {
-        if self.round != state.round {
+        self.validate_dims(state.round, state.report_rows(), state.rank())
+    }
+
+    /// [`Report::validate`] against the open round's id and dimensions only (the store
+    /// checks reports without loading the item profiles).
+    pub fn validate_dims(&self, round: u64, rows: usize, rank: usize) -> Result<()> {
+        if self.round != round {
             return Err(ProtocolError::WrongRound {
                 got: self.round,
-                open: state.round,
+                open: round,
             });
         }
-        let rows = state.report_rows();
-        let rank = state.rank();
         if self.rows as usize != rows {
             return Err(invalid(
                 "rows",

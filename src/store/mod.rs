@@ -5,6 +5,7 @@
 //! and to the locking of [`Store::begin_exclusive`].
 
 mod migrations;
+pub mod private_gd;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

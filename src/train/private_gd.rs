@@ -60,7 +60,7 @@ impl Default for PrivateGd {
             project: true,
             dim: 0,
             clip: 1.0,
-            lr: 50.0,
+            lr: 1.0,
             reg_item: 1e-8,
             reg_user: 5.0,
             correction: true,

@@ -11,6 +11,7 @@ mod auth;
 mod health;
 mod ledger;
 mod models;
+mod private_gd;
 mod ratings;
 mod recommend;
 mod users;
