@@ -115,7 +115,7 @@ async fn private_gd_round(url: &str) {
         (bad(&|v| v["bit"] = json!(0)), 422, "bit"),
         (bad(&|v| v["bit"] = json!(0.5)), 422, "bit"),
         (bad(&|v| v["bit"] = json!("NaN")), 422, "bit"),
-        (bad(&|v| v["extra"] = json!(1)), 422, "body"),
+        (bad(&|v| v["extra"] = json!(1)), 422, "extra"),
     ];
     for (body, status, field) in cases {
         let (st, p) = app.post("/v1/private-gd/reports", WRITER, &body).await;
