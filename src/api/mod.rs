@@ -6,6 +6,7 @@ pub mod domain;
 pub mod health;
 pub mod models;
 pub mod openapi;
+pub mod private_gd;
 pub mod problem;
 pub mod ratings;
 pub mod recommend;
@@ -179,6 +180,9 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/models/current/users/{user}", "GET, HEAD"),
     ("/v1/admin/retrain", "POST"),
     ("/v1/admin/jobs/{id}", "GET, HEAD"),
+    ("/v1/private-gd/round", "GET, HEAD"),
+    ("/v1/private-gd/reports", "POST"),
+    ("/v1/admin/private-gd/rounds", "POST"),
 ];
 
 /// The `Allow` value of a matched route pattern.
@@ -238,6 +242,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         .route(get().to(models::user_profile)),
                 )
                 .service(web::resource("/admin/retrain").post(admin::retrain))
-                .service(web::resource("/admin/jobs/{id}").route(get().to(admin::job))),
+                .service(web::resource("/admin/jobs/{id}").route(get().to(admin::job)))
+                .service(web::resource("/private-gd/round").route(get().to(private_gd::round)))
+                .service(web::resource("/private-gd/reports").post(private_gd::report))
+                .service(web::resource("/admin/private-gd/rounds").post(private_gd::advance)),
         );
 }

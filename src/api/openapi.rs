@@ -7,7 +7,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, health, models, problem, ratings, recommend, users};
+use super::{admin, health, models, private_gd, problem, ratings, recommend, users};
 
 struct Security;
 
@@ -117,6 +117,7 @@ impl Modify for StandardErrors {
         recommend::recommendations, recommend::similar,
         models::list, models::current, models::item_profiles, models::user_profile,
         admin::retrain, admin::job,
+        private_gd::round, private_gd::report, private_gd::advance,
         health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
     ),
     components(schemas(problem::Problem)),
@@ -127,6 +128,7 @@ impl Modify for StandardErrors {
         (name = "recommendations", description = "Top-N and similar items from the served model"),
         (name = "models", description = "Releases and published DP profiles"),
         (name = "admin", description = "Retraining"),
+        (name = "private-gd", description = "Private-GD / GD-DR rounds: user-level LDP one-bit gradient reports"),
         (name = "ops", description = "Probes, metrics and documentation"),
     )
 )]

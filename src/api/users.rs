@@ -221,6 +221,19 @@ pub struct Audit {
     pub note: Option<String>,
     pub ratings: Paged<RatingBudgetView>,
     pub releases: Paged<ReleaseChargeView>,
+    /// Private-GD one-bit reports received from the user, newest first: each was charged
+    /// `PureDp { eps }` to the user's RDP ledger when it was received (unit user, LDP).
+    pub local_reports: Vec<LocalReportView>,
+}
+
+/// One received LDP report and its ledger charge.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocalReportView {
+    pub mechanism: String,
+    pub round: i64,
+    pub eps: f64,
+    pub unit: String,
+    pub received_at: i64,
 }
 
 fn finite(v: f64) -> Option<f64> {
@@ -313,6 +326,19 @@ pub async fn audit(
             rating_eps_total: c.rating_eps_total,
         })
         .collect();
+    let local_reports = state
+        .store
+        .ldp_reports_of(&u.id)
+        .await?
+        .into_iter()
+        .map(|(round, eps, at)| LocalReportView {
+            mechanism: "private-gd-one-bit-report".into(),
+            round,
+            eps,
+            unit: "user".into(),
+            received_at: at,
+        })
+        .collect();
     let served = state.registry.current();
     let note = if u.deleted {
         Some("user deleted: no data is used; recommendations use the DP popularity".into())
@@ -359,5 +385,6 @@ pub async fn audit(
             offset,
             entries: releases,
         },
+        local_reports,
     }))
 }

@@ -6,16 +6,30 @@ use sqlx::AnyPool;
 
 use super::{now_ms, Backend};
 
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/sqlite/0001_init.sql"),
-)];
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/postgres/0001_init.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        9,
+        "private_gd",
+        include_str!("../../migrations/sqlite/0009_private_gd.sql"),
+    ),
+];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        9,
+        "private_gd",
+        include_str!("../../migrations/postgres/0009_private_gd.sql"),
+    ),
+];
 
 pub async fn run(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::Error> {
     let list = match backend {

@@ -9,6 +9,7 @@ mod jobs;
 mod keys;
 mod ldp;
 mod migrations;
+pub mod private_gd;
 mod ratings;
 mod releases;
 

@@ -17,6 +17,7 @@ pub mod linalg;
 pub mod model;
 pub mod objpert;
 pub mod params;
+pub mod private_gd;
 pub mod ranker;
 pub mod references;
 pub mod sgd;
@@ -183,6 +184,7 @@ pub const TRAINERS: &[TrainerEntry] = &[
     TrainerEntry { name: "paper-pdp-pmf", about: "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, false)), proof: None },
     TrainerEntry { name: "paper-dp-pmf", about: "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, true)), proof: None },
     TrainerEntry { name: "blp-mog-mf", about: "BLP-MoG-MF: mixture-of-Gaussians EM with weighted MF on client-perturbed (LDP) ratings; eps=E simulates the clients (eval, paper-claimed); docs/privacy/blp-ldp.md", build: |p| boxed(blp_mog_mf::BlpMogMf::from_params(p)), proof: None },
+    TrainerEntry { name: "private-gd", about: "Private-GD / GD-DR simulated: every user sends one eps/rounds-LDP bit per round about its clipped, projected gradient (user-level local eps, proven)", build: |p| boxed(private_gd::PrivateGd::from_params(p)), proof: proof("docs/privacy/private-gd.md", "client_bit_frequency_matches_the_paper_randomiser") },
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults

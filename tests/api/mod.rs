@@ -15,6 +15,7 @@ mod ldp;
 mod honest;
 mod ledger;
 mod models;
+mod private_gd;
 mod ratings;
 mod recommend;
 mod users;
