@@ -102,7 +102,10 @@ pub fn evaluate_fold(
     let start = Instant::now();
     let fitted = trainer.fit(&data, &mut rng)?;
     let train_seconds = start.elapsed().as_secs_f64();
-    let pred = fitted.model.predict_all(&fold.test);
+    let pred = match &fitted.ranker {
+        Some(ranker) => predict_with_ranker(ranker.as_ref(), &fitted.model, &matrix, &fold.test),
+        None => fitted.model.predict_all(&fold.test),
+    };
     let privacy = if fitted.charges.is_empty() {
         None
     } else {
@@ -124,6 +127,43 @@ pub fn evaluate_fold(
         privacy,
         guarantee: fitted.guarantee,
     })
+}
+
+/// Predictions for every rating of `test` through `Ranker::predict`, each user's own
+/// ratings taken from the training matrix; where the ranker does not predict, the
+/// fitted `FactorModel` does.
+pub fn predict_with_ranker(
+    ranker: &dyn crate::train::Ranker,
+    fallback: &crate::train::FactorModel,
+    train: &Interactions,
+    test: &Ratings,
+) -> Vec<f64> {
+    let own = |u: usize| -> Vec<(usize, f64)> {
+        if u >= train.n_users {
+            return Vec::new();
+        }
+        let (items, values) = train.by_user.row(u);
+        items
+            .iter()
+            .zip(values)
+            .map(|(&j, &v)| (j as usize, v as f64))
+            .collect()
+    };
+    let mut out = Vec::with_capacity(test.len());
+    let mut cache: Option<(usize, Vec<(usize, f64)>)> = None;
+    for (&u, &i) in test.users.iter().zip(&test.items) {
+        let u = u as usize;
+        if cache.as_ref().is_none_or(|(cu, _)| *cu != u) {
+            cache = Some((u, own(u)));
+        }
+        let mine = &cache.as_ref().expect("set above").1;
+        out.push(
+            ranker
+                .predict(Some(u), mine, i as usize)
+                .unwrap_or_else(|| fallback.predict(u, i as usize)),
+        );
+    }
+    out
 }
 
 /// Seed of fold `k` of a run seeded with `seed` (folds get distinct streams).
