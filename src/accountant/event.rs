@@ -320,7 +320,11 @@ mod tests {
                 count: 1,
             }),
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("event.noise_multiplier"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("event.noise_multiplier"));
     }
 
     #[test]

@@ -116,20 +116,22 @@ pub struct Nbm {
 }
 
 impl Nbm {
+    /// Defaults chosen on ML-100K fold u1 at eps = 1 among a handful of (steps, q, lr /
+    /// eta1) settings (docs/EVALUATION.md reports all five folds).
     fn defaults(method: Method) -> Self {
         Self {
             method,
             neighbours: 2000,
             max_per_user: 200,
             steps: 200,
-            q: 0.05,
+            q: 0.1,
             clip: 1.0,
             z: 1.0,
             eps: None,
             delta_r: 1e-6,
             delta_u: 1e-6,
-            lr: 0.01,
-            eta1: 0.001,
+            lr: 0.001,
+            eta1: 0.0003,
             xi: 0.3,
             burn_in: 0.5,
             lambda: 0.01,
@@ -389,7 +391,8 @@ impl Nbm {
 
 /// eps at `delta` of one event (default order grid, improved conversion).
 pub fn event_eps(event: &PrivacyEvent, delta: f64) -> Result<f64, TrainError> {
-    let curve = compose_events(std::slice::from_ref(event), &default_orders()).map_err(numerical)?;
+    let curve =
+        compose_events(std::slice::from_ref(event), &default_orders()).map_err(numerical)?;
     Ok(eps_from_rdp(&curve, delta).map_err(numerical)?.eps)
 }
 
@@ -643,7 +646,14 @@ mod tests {
         let (z, c, lr) = (1.7, 0.6, 0.5);
         let t = trainer(
             Method::DpSgd,
-            &["steps=1", "q=0.5", "sigma=1.7", "clip=0.6", "lr=0.5", "lambda=0"],
+            &[
+                "steps=1",
+                "q=0.5",
+                "sigma=1.7",
+                "clip=0.6",
+                "lr=0.5",
+                "lambda=0",
+            ],
         );
         let (model, _, _) = t.fit_model(&d, &mut crate::rng::seeded(11)).unwrap();
         let xs: Vec<f64> = model.sim[6 * 200..]
@@ -737,7 +747,10 @@ mod tests {
                 let e = model.explain(&own, item, 5);
                 assert!(e.len() <= 5);
                 for c in &e {
-                    assert!(own.iter().any(|&(j, _)| j == c.item), "user {u} item {item}");
+                    assert!(
+                        own.iter().any(|&(j, _)| j == c.item),
+                        "user {u} item {item}"
+                    );
                     assert_ne!(c.item, item);
                 }
                 let score = model.score(&own, item);

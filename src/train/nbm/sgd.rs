@@ -151,10 +151,13 @@ impl DenseGrad {
                 xs.iter_mut().for_each(|x| *x += std * normal(&mut r));
             });
         let offset = 1 + self.bias.len().div_ceil(CHUNK);
-        self.sim.par_chunks_mut(CHUNK).enumerate().for_each(|(c, xs)| {
-            let mut r = stream(offset + c);
-            xs.iter_mut().for_each(|x| *x += std * normal(&mut r));
-        });
+        self.sim
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, xs)| {
+                let mut r = stream(offset + c);
+                xs.iter_mut().for_each(|x| *x += std * normal(&mut r));
+            });
     }
 }
 
@@ -244,9 +247,10 @@ pub fn train(
         }
         let (rate, g_scale) = match cfg.update {
             Update::Sgd { lr } => (lr, 1.0),
-            Update::Sgld { eta1, xi, .. } => {
-                (eta1 * ((t + 1) as f64).powf(-xi) / 2.0, 1.0 / cfg.sampling_rate)
-            }
+            Update::Sgld { eta1, xi, .. } => (
+                eta1 * ((t + 1) as f64).powf(-xi) / 2.0,
+                1.0 / cfg.sampling_rate,
+            ),
         };
         apply(model, &init, &grad, rate, g_scale, cfg.lambda);
         if let Update::Sgld { burn_in, .. } = cfg.update {
@@ -373,7 +377,9 @@ mod tests {
     fn clipped_user_moves_the_sum_by_at_most_the_clip() {
         let m = model(40, 1.0);
         let small: Vec<(usize, f64)> = (0..4).map(|j| (j, 1.0 + j as f64)).collect();
-        let big: Vec<(usize, f64)> = (0..40).map(|j| (j, if j % 2 == 0 { 5.0 } else { 1.0 })).collect();
+        let big: Vec<(usize, f64)> = (0..40)
+            .map(|j| (j, if j % 2 == 0 { 5.0 } else { 1.0 }))
+            .collect();
         for (own, c) in [(&small, 0.5), (&big, 0.5), (&big, 2.0)] {
             let mut g = user_gradient(&m, own);
             let before = g.norm();
@@ -421,7 +427,11 @@ mod tests {
     #[test]
     fn loop_counts_steps_and_noise_never_below_z() {
         let users: Vec<Vec<(usize, f64)>> = (0..30)
-            .map(|u| (0..5).map(|j| ((u + j) % 8, 1.0 + ((u * j) % 5) as f64)).collect())
+            .map(|u| {
+                (0..5)
+                    .map(|j| ((u + j) % 8, 1.0 + ((u * j) % 5) as f64))
+                    .collect()
+            })
             .collect();
         for update in [
             Update::Sgd { lr: 0.01 },
