@@ -434,6 +434,10 @@ pub fn calibrate(eps: f64, delta_r: f64, q: f64, steps: u64) -> Result<f64, Trai
     Ok(hi)
 }
 
+/// [`select_ratings`]'s result: kept flags per rating, the charges of every offered
+/// rating, and which users have an offered rating.
+pub type Selection = (Vec<bool>, Vec<RatingCharge>, Vec<bool>);
+
 /// Which ratings take part in a private release and what each is charged, from each
 /// rating's own public budget only (DESIGN 3): budget 0 is not used; with
 /// `0 < b < t` the rating is kept with probability `(e^b - 1)/(e^t - 1)` and charged `b`;
@@ -445,7 +449,7 @@ pub fn select_ratings(
     n_users: usize,
     t: f64,
     rng: &mut DpRng,
-) -> Result<(Vec<bool>, Vec<RatingCharge>, Vec<bool>), TrainError> {
+) -> Result<Selection, TrainError> {
     let mut kept = vec![false; users.len()];
     let mut charges = Vec::with_capacity(users.len());
     let mut offered_users = vec![false; n_users];
