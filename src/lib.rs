@@ -8,8 +8,8 @@
 //! - [`eval`]: cross validation, metrics, reports and plots;
 //! - [`cli`]: the `dprec` command line;
 //! - the service (`dprec serve`): [`config`], [`store`] (SQLite/PostgreSQL), [`ledger`]
-//!   (budget policy and the transactional commit), [`retrain`] (release pipeline and
-//!   scheduler), [`serve`] (in-memory model registry, top-N), [`api`] (HTTP handlers,
+//!   (budget arithmetic and the admission plan, pure; the store commits), [`release`]
+//!   (the release pipeline as named steps, the scheduler and replica watcher), [`serve`] (in-memory model registry, top-N), [`api`] (HTTP handlers,
 //!   problem+json, auth, OpenAPI), [`metrics`] and [`startup`].
 
 pub mod accountant;
@@ -21,7 +21,9 @@ pub mod eval;
 pub mod ledger;
 pub mod metrics;
 pub mod privacy;
-pub mod retrain;
+pub mod release;
+/// The former name of [`release`], kept for callers written against it.
+pub use release as retrain;
 pub mod rng;
 pub mod serve;
 pub mod startup;

@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use crate::api::{self, auth, ApiError, AppState};
 use crate::config::{AuthMode, Role, Settings};
 use crate::metrics::Metrics;
-use crate::retrain::{Hooks, Retrainer};
+use crate::release::{Hooks, Retrainer};
 use crate::serve::Registry;
 use crate::store::Store;
 use crate::train::{self, Guarantee, Params, Trainer};
@@ -66,6 +66,116 @@ pub fn check_trainer(s: &Settings, t: &dyn Trainer) -> anyhow::Result<()> {
     }
 }
 
+/// The API keys: configured keys plus stored (hashed) keys. On a first start in `keys`
+/// mode without any, generates an admin key, stores its hash and returns it once.
+async fn load_keys(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<(auth::Keys, Option<String>)> {
+    let mut hashed: Vec<(String, Role)> = settings
+        .auth
+        .keys
+        .iter()
+        .map(|k| (auth::hash_key(&k.key), k.role))
+        .collect();
+    let mut bootstrap_key = None;
+    if settings.auth.mode == AuthMode::Keys {
+        if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
+            let key = auth::generate_key();
+            store.insert_api_key(&auth::hash_key(&key), "admin").await?;
+            eprintln!(
+                "\n=== dprec: first start, no API keys configured ===\n\
+                 generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
+                 use it as `Authorization: Bearer <key>`; configure [[auth.keys]] for more keys\n"
+            );
+            bootstrap_key = Some(key);
+        }
+        for (h, role) in store.api_keys().await? {
+            if let Some(r) = auth::parse_role(&role) {
+                hashed.push((h, r));
+            }
+        }
+    }
+    let keys = auth::Keys::new(settings.auth.mode, hashed);
+    Ok((keys, bootstrap_key))
+}
+
+/// `auth.mode = "disabled"` is for development on a loopback address only, and loud.
+fn warn_if_auth_disabled(settings: &Settings, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    if settings.auth.mode == AuthMode::Disabled {
+        if !addr.ip().is_loopback() {
+            bail!("auth.mode = \"disabled\" is only allowed on a loopback address, not {addr}");
+        }
+        log::warn!("AUTHENTICATION DISABLED (auth.mode = \"disabled\"): development only");
+        eprintln!(
+            "WARNING: dprec is running WITHOUT AUTHENTICATION on {addr} (auth.mode = \"disabled\")"
+        );
+    }
+    Ok(())
+}
+
+/// The HTTP server: the API routes with problem+json errors for bad paths, queries,
+/// methods and unknown routes, and per-route request metrics.
+fn http_server(
+    state: web::Data<AppState>,
+    metrics: Arc<Metrics>,
+    listener: TcpListener,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let m = metrics;
+    let server = HttpServer::new(move || {
+        let m = m.clone();
+        App::new()
+            .app_data(state.clone())
+            .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid query",
+                    e.to_string(),
+                )
+                .with_field("query")
+                .into()
+            }))
+            .app_data(
+                web::PathConfig::default()
+                    .error_handler(|e, _| ApiError::invalid("path", e.to_string()).into()),
+            )
+            .wrap_fn(move |req, srv| {
+                let start = Instant::now();
+                let method = req.method().to_string();
+                let m = m.clone();
+                let fut = srv.call(req);
+                async move {
+                    let res = fut.await?;
+                    let route = res
+                        .request()
+                        .match_pattern()
+                        .unwrap_or_else(|| "unmatched".into());
+                    let status = res.status().as_u16().to_string();
+                    m.http_requests
+                        .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
+                        .inc();
+                    m.http_duration
+                        .with_label_values(&[method.as_str(), route.as_str()])
+                        .observe(start.elapsed().as_secs_f64());
+                    Ok(res)
+                }
+            })
+            .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed))
+            .configure(api::routes)
+            .default_service(web::to(|req: HttpRequest| async move {
+                Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
+                    "no route for {} {}",
+                    req.method(),
+                    req.path()
+                )))
+            }))
+    })
+    .workers(2)
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
+
 impl Application {
     /// Builds the service. `trainer`: `None` builds the configured one by name.
     pub async fn build(
@@ -80,15 +190,7 @@ impl Application {
             None => trainer_from_settings(&settings)?,
         };
         check_trainer(&settings, trainer.as_ref())?;
-        if settings.auth.mode == AuthMode::Disabled {
-            if !addr.ip().is_loopback() {
-                bail!("auth.mode = \"disabled\" is only allowed on a loopback address, not {addr}");
-            }
-            log::warn!("AUTHENTICATION DISABLED (auth.mode = \"disabled\"): development only");
-            eprintln!(
-                "WARNING: dprec is running WITHOUT AUTHENTICATION on {addr} (auth.mode = \"disabled\")"
-            );
-        }
+        warn_if_auth_disabled(&settings, addr)?;
         let store =
             Store::connect(&settings.database.url, settings.database.max_connections).await?;
         log::info!(
@@ -97,32 +199,7 @@ impl Application {
             redact(&settings.database.url)
         );
 
-        // Keys: config keys plus stored (hashed) keys; first start without any: bootstrap.
-        let mut hashed: Vec<(String, Role)> = settings
-            .auth
-            .keys
-            .iter()
-            .map(|k| (auth::hash_key(&k.key), k.role))
-            .collect();
-        let mut bootstrap_key = None;
-        if settings.auth.mode == AuthMode::Keys {
-            if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
-                let key = auth::generate_key();
-                store.insert_api_key(&auth::hash_key(&key), "admin").await?;
-                eprintln!(
-                    "\n=== dprec: first start, no API keys configured ===\n\
-                     generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
-                     use it as `Authorization: Bearer <key>`; configure [[auth.keys]] for more keys\n"
-                );
-                bootstrap_key = Some(key);
-            }
-            for (h, role) in store.api_keys().await? {
-                if let Some(r) = auth::parse_role(&role) {
-                    hashed.push((h, r));
-                }
-            }
-        }
-        let keys = auth::Keys::new(settings.auth.mode, hashed);
+        let (keys, bootstrap_key) = load_keys(&settings, &store).await?;
 
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
@@ -134,7 +211,7 @@ impl Application {
             settings.clone(),
             metrics.clone(),
             hooks,
-        ));
+        )?);
         let abandoned = store
             .fail_abandoned_jobs(settings.scheduler.lease_secs)
             .await?;
@@ -159,61 +236,7 @@ impl Application {
         });
         let listener = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
-        let m = metrics.clone();
-        let server = HttpServer::new(move || {
-            let m = m.clone();
-            App::new()
-                .app_data(state.clone())
-                .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                    ApiError::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Invalid query",
-                        e.to_string(),
-                    )
-                    .with_field("query")
-                    .into()
-                }))
-                .app_data(
-                    web::PathConfig::default()
-                        .error_handler(|e, _| ApiError::invalid("path", e.to_string()).into()),
-                )
-                .wrap_fn(move |req, srv| {
-                    let start = Instant::now();
-                    let method = req.method().to_string();
-                    let m = m.clone();
-                    let fut = srv.call(req);
-                    async move {
-                        let res = fut.await?;
-                        let route = res
-                            .request()
-                            .match_pattern()
-                            .unwrap_or_else(|| "unmatched".into());
-                        let status = res.status().as_u16().to_string();
-                        m.http_requests
-                            .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
-                            .inc();
-                        m.http_duration
-                            .with_label_values(&[method.as_str(), route.as_str()])
-                            .observe(start.elapsed().as_secs_f64());
-                        Ok(res)
-                    }
-                })
-                .wrap(
-                    ErrorHandlers::new()
-                        .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
-                )
-                .configure(api::routes)
-                .default_service(web::to(|req: HttpRequest| async move {
-                    Err::<actix_web::HttpResponse, _>(ApiError::not_found(format!(
-                        "no route for {} {}",
-                        req.method(),
-                        req.path()
-                    )))
-                }))
-        })
-        .workers(2)
-        .listen(listener)?
-        .run();
+        let server = http_server(state, metrics.clone(), listener)?;
         let scheduler = settings.scheduler.enabled;
         Ok(Self {
             port,

@@ -22,7 +22,7 @@ use utoipa::IntoParams;
 use crate::config::Settings;
 use crate::data::RatingScale;
 use crate::metrics::Metrics;
-use crate::retrain::Retrainer;
+use crate::release::Retrainer;
 use crate::serve::Registry;
 use crate::store::Store;
 pub use problem::{ApiError, Problem};

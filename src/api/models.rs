@@ -33,7 +33,7 @@ impl From<ReleaseRow> for Release {
             id: r.id,
             trainer: r.trainer,
             params: r.params,
-            guarantee: r.guarantee,
+            guarantee: r.guarantee.to_string(),
             mechanisms: r.mechanisms,
             popularity_eps: r.popularity_eps,
             n_ratings: r.n_ratings,
@@ -147,7 +147,7 @@ pub async fn item_profiles(
         .collect();
     Ok(HttpResponse::Ok().json(ItemProfiles {
         model_version: p.release_id,
-        guarantee: p.guarantee.clone(),
+        guarantee: p.guarantee.to_string(),
         global_mean: m.global_mean,
         rank: m.rank(),
         items,
@@ -193,7 +193,7 @@ pub async fn user_profile(
     Ok(HttpResponse::Ok().json(UserProfile {
         user: user.into_string(),
         model_version: p.release_id,
-        guarantee: p.guarantee.clone(),
+        guarantee: p.guarantee.to_string(),
         bias: m.user_bias.get(u).copied().unwrap_or(0.0),
         factors: if u < m.user_factors.nrows() {
             m.user_factors.row(u).to_vec()

@@ -95,7 +95,7 @@ pub async fn recommendations(
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,
-        guarantee: model.guarantee.clone(),
+        guarantee: model.guarantee.to_string(),
         fallback: top.fallback,
         source: if top.fallback {
             "popularity"

@@ -289,7 +289,7 @@ pub async fn audit(
         .map(|c| ReleaseChargeView {
             release_id: c.release.id,
             trainer: c.release.trainer,
-            guarantee: c.release.guarantee,
+            guarantee: c.release.guarantee.to_string(),
             created_at: c.release.created_at,
             mechanisms: c.release.mechanisms,
             params: c.release.params,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::config::{AuthMode, Settings};
-use crate::retrain::Hooks;
+use crate::release::Hooks;
 use crate::startup::Application;
 
 #[derive(Debug, Args)]

@@ -3,15 +3,15 @@
 //! This module is the pure budget arithmetic (no I/O): the per-release share of a
 //! rating's eps_ij ([`SharePolicy`], [`release_share`]), the exact spend check
 //! ([`fits`]), the per-user RDP cost of a release ([`user_cost`]) and the admission plan
-//! of a release ([`plan`]). [`commit`] holds the one transaction that records a release,
-//! its charges and the spend updates after re-checking them against the stored state.
+//! of a release ([`plan`]). The transaction that records a release re-checks these with the
+//! stored state; its SQL lives with the store (`crate::store::commit_release`).
 //! The semantics are written down in docs/LEDGER.md.
-
-pub mod commit;
 
 use std::collections::BTreeMap;
 
-use crate::accountant::{compose_events, default_orders, PrivacyEvent, RdpCurve, RenyiFilter};
+use crate::accountant::{
+    compose_events, default_orders, AccountantError, PrivacyEvent, RdpCurve, RenyiFilter,
+};
 
 /// How much of a rating's lifetime eps_ij one release may spend.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,8 +132,8 @@ pub fn complete_user_events(events: &mut Vec<PrivacyEvent>, max_train: f64, popu
 }
 
 /// The RDP curve of `events` on the default grid (zero for no events).
-pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, String> {
-    compose_events(events, &default_orders()).map_err(|e| e.to_string())
+pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, AccountantError> {
+    compose_events(events, &default_orders())
 }
 
 /// A rating as the planner sees it (no value needed to plan).
@@ -254,11 +254,8 @@ pub fn plan(
         // the user, so the pure-DP part of the plan is the largest share, not their sum.
         events.extend(pure_events(max_share(&admitted)));
         let verdict = RenyiFilter::with_default_orders(budget.eps, budget.delta)
-            .map_err(|e| e.to_string())
-            .and_then(|f| {
-                let cost = user_cost(&events)?;
-                f.admits(&budget.consumed, &cost).map_err(|e| e.to_string())
-            });
+            .and_then(|f| f.admits(&budget.consumed, &user_cost(&events)?))
+            .map_err(|e| e.to_string());
         match verdict {
             Ok(true) => out.admitted.extend(admitted),
             Ok(false) => {

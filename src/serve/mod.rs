@@ -10,14 +10,14 @@ use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
 use crate::store::ModelRow;
-use crate::train::FactorModel;
+use crate::train::{FactorModel, Guarantee};
 
 /// A published release as served: the model and its index maps, all immutable.
 #[derive(Debug)]
 pub struct Published {
     pub release_id: i64,
     pub trainer: String,
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     pub created_at: i64,
     pub model: FactorModel,
     pub users: Vec<String>,
@@ -35,8 +35,8 @@ pub struct Published {
 pub struct ReleaseMeta {
     pub release_id: i64,
     pub trainer: String,
-    /// `proven` or `non-private`.
-    pub guarantee: String,
+    /// Proven or non-private.
+    pub guarantee: Guarantee,
     /// Unix milliseconds.
     pub created_at: i64,
 }
@@ -123,7 +123,7 @@ impl Published {
             ReleaseMeta {
                 release_id: row.release.id,
                 trainer: row.release.trainer.clone(),
-                guarantee: row.release.guarantee.clone(),
+                guarantee: row.release.guarantee,
                 created_at: row.release.created_at,
             },
             model,
@@ -319,7 +319,7 @@ mod tests {
             ReleaseMeta {
                 release_id: 1,
                 trainer: "t".into(),
-                guarantee: "proven".into(),
+                guarantee: Guarantee::Proven,
                 created_at: 0,
             },
             m,

@@ -7,20 +7,22 @@ use serde::{Deserialize, Serialize};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 
 /// The unit of privacy a charge protects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PrivacyUnit {
     /// One rating (user i, item j): the default unit.
+    #[default]
     Rating,
     /// A user's whole rating vector (user-level DP, e.g. Private-GD).
     User,
 }
 
 /// The neighbouring relation the guarantee is stated for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Neighbour {
     /// One unit added or removed.
+    #[default]
     AddRemove,
     /// One unit's value replaced (the indicator of which ratings exist is fixed).
     Replace,
@@ -37,6 +39,64 @@ pub enum Guarantee {
     /// Faithful to a paper whose proof does not cover the code; see [`PAPER_FAITHFUL`].
     /// Never served, never used to justify a ledger charge.
     PaperClaimed,
+}
+
+/// The stored and JSON name of each enum (the same kebab-case serde uses), and its parse.
+macro_rules! named_enum {
+    ($t:ident { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            pub const fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),+ }
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                match s {
+                    $($s => Ok(Self::$v),)+
+                    _ => Err(UnknownName { kind: stringify!($t), name: s.to_owned() }),
+                }
+            }
+        }
+    };
+}
+
+/// A stored or configured name that none of an enum's variants has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {name:?}")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub name: String,
+}
+
+named_enum!(PrivacyUnit { Rating => "rating", User => "user" });
+named_enum!(Neighbour { AddRemove => "add-remove", Replace => "replace" });
+named_enum!(Guarantee {
+    NonPrivate => "non-private",
+    Proven => "proven",
+    PaperClaimed => "paper-claimed",
+});
+
+/// The largest charge of each user's ratings: `users[k]` is the dense user of rating
+/// position `k`, `charges` yields `(position, eps)`; users without a positive charge get 0.
+/// The one place a user's worst rating charge is computed (the per-user pure-DP event of
+/// a per-rating mechanism, and the ledger's completion of a user's events).
+pub fn largest_per_user(
+    users: &[u32],
+    n_users: usize,
+    charges: impl IntoIterator<Item = (usize, f64)>,
+) -> Vec<f64> {
+    let mut worst = vec![0.0f64; n_users];
+    for (k, eps) in charges {
+        let u = users[k] as usize;
+        worst[u] = worst[u].max(eps);
+    }
+    worst
 }
 
 /// The label every paper-faithful trainer's output carries.
@@ -95,6 +155,37 @@ pub struct ChargeSummary {
 }
 
 impl ReleaseCharges {
+    /// The charges of a per-rating pure-DP mechanism: `ratings` as given, and for every
+    /// user with a positive charge one `PureDp` event of the largest charge among the
+    /// user's ratings (unit: one rating; see the contract above). `users[k]` is the dense
+    /// user of rating position `k`.
+    pub fn per_rating(
+        mechanism: MechanismRecord,
+        users: &[u32],
+        n_users: usize,
+        ratings: Vec<RatingCharge>,
+    ) -> Self {
+        let worst = largest_per_user(
+            users,
+            n_users,
+            ratings.iter().map(|c| (c.position as usize, c.eps)),
+        );
+        let users = worst
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| w > 0.0)
+            .map(|(u, &eps)| UserCharge {
+                user: u as u32,
+                event: PrivacyEvent::PureDp { eps, count: 1 },
+            })
+            .collect();
+        Self {
+            mechanisms: vec![mechanism],
+            ratings,
+            users,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ratings.is_empty() && self.users.is_empty()
     }

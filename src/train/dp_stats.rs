@@ -16,11 +16,8 @@
 
 use rand::Rng;
 
-use super::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges, UserCharge,
-};
+use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges};
 use super::TrainError;
-use crate::accountant::PrivacyEvent;
 use crate::data::{RatingScale, Ratings};
 use crate::privacy::discrete::{release_count, release_steps};
 
@@ -35,25 +32,40 @@ pub fn charge_every_rating(
     eps: f64,
     mechanism: MechanismRecord,
 ) -> ReleaseCharges {
-    let mut users: Vec<bool> = vec![false; ratings.n_users];
-    for &u in &ratings.users {
-        users[u as usize] = true;
+    let charges = (0..ratings.len() as u32)
+        .map(|position| RatingCharge { position, eps })
+        .collect();
+    ReleaseCharges::per_rating(mechanism, &ratings.users, ratings.n_users, charges)
+}
+
+/// The noise of every DP mean in this crate (the global mean here, step B of PDP-PMF):
+/// `values` (already on `scale`) as grid steps `round((v - min) / grid)` in
+/// `[0, width_steps]`; discrete Laplace on the step sum (add/remove sensitivity
+/// `width_steps`) and on the count (sensitivity 1), `eps/2` each, so eps-DP by basic
+/// composition. The ratio, clamped to the scale (the midpoint if the noisy count is < 1),
+/// is post-processing. The caller charges `eps` to every value it passed.
+pub fn dp_mean_on_grid<R: Rng + ?Sized>(
+    values: impl IntoIterator<Item = f64>,
+    scale: RatingScale,
+    grid: f64,
+    eps: f64,
+    rng: &mut R,
+) -> Result<f64, TrainError> {
+    let width_steps = (scale.width() / grid).round() as u64;
+    let mut sum: i64 = 0;
+    let mut count: u64 = 0;
+    for v in values {
+        sum += ((scale.clamp(v) - scale.min) / grid).round() as i64;
+        count += 1;
     }
-    ReleaseCharges {
-        mechanisms: vec![mechanism],
-        ratings: (0..ratings.len() as u32)
-            .map(|position| RatingCharge { position, eps })
-            .collect(),
-        users: users
-            .iter()
-            .enumerate()
-            .filter(|(_, &has)| has)
-            .map(|(u, _)| UserCharge {
-                user: u as u32,
-                event: PrivacyEvent::PureDp { eps, count: 1 },
-            })
-            .collect(),
-    }
+    let (noisy_sum, _) =
+        release_steps(sum, width_steps.max(1), eps / 2.0, rng).map_err(privacy_err)?;
+    let noisy_count = release_count(count, eps / 2.0, rng).map_err(privacy_err)?;
+    Ok(if noisy_count >= 1 {
+        scale.clamp(scale.min + grid * noisy_sum as f64 / noisy_count as f64)
+    } else {
+        (scale.min + scale.max) / 2.0
+    })
 }
 
 /// eps-DP global mean of `ratings` on `scale` (see the module docs). Returns the mean,
@@ -69,31 +81,23 @@ pub fn dp_global_mean<R: Rng + ?Sized>(
             "a DP mean needs a rating scale with a step (ratings on a grid)".into(),
         ));
     }
-    let width_steps = (scale.width() / scale.step).round() as u64;
-    let mut sum: i64 = 0;
-    for &v in &ratings.values {
+    if let Some(v) = ratings.values.iter().find(|&&v| {
         let k = ((v as f64 - scale.min) / scale.step).round();
-        if !(0.0..=width_steps as f64).contains(&k) {
-            return Err(TrainError::Numerical(format!(
-                "rating {v} is off the scale [{}, {}]",
-                scale.min, scale.max
-            )));
-        }
-        sum += k as i64;
+        !(0.0..=(scale.width() / scale.step).round()).contains(&k)
+    }) {
+        return Err(TrainError::Numerical(format!(
+            "rating {v} is off the scale [{}, {}]",
+            scale.min, scale.max
+        )));
     }
-    let (noisy_sum, _) =
-        release_steps(sum, width_steps.max(1), eps / 2.0, rng).map_err(privacy_err)?;
-    let noisy_count = release_count(ratings.len() as u64, eps / 2.0, rng).map_err(privacy_err)?;
-    let mean = if noisy_count >= 1 {
-        scale.clamp(scale.min + scale.step * noisy_sum as f64 / noisy_count as f64)
-    } else {
-        (scale.min + scale.max) / 2.0
-    };
+    let values = ratings.values.iter().map(|&v| v as f64);
+    let mean = dp_mean_on_grid(values, scale, scale.step, eps, rng)?;
     let record = MechanismRecord {
         name: "dp-global-mean".into(),
         params: serde_json::json!({
             "eps": eps, "sampler": "discrete laplace (exact)",
-            "sum_sensitivity_steps": width_steps, "count_sensitivity": 1,
+            "sum_sensitivity_steps": (scale.width() / scale.step).round() as u64,
+            "count_sensitivity": 1,
         }),
         unit: PrivacyUnit::Rating,
         neighbour: Neighbour::AddRemove,
@@ -103,9 +107,8 @@ pub fn dp_global_mean<R: Rng + ?Sized>(
 
 /// eps-DP counts of a histogram in which one rating adds 1 to one count (add/remove
 /// sensitivity 1): exact discrete Laplace of scale `1/eps` on every count (parallel
-/// composition). The service's DP popularity release uses it; the caller charges `eps` to
-/// every counted rating. Noisy counts may be negative; clamping is post-processing.
-pub fn noisy_counts<R: Rng + ?Sized>(
+/// composition). Noisy counts may be negative; clamping is post-processing.
+fn noisy_counts<R: Rng + ?Sized>(
     counts: &[u64],
     eps: f64,
     rng: &mut R,
@@ -113,9 +116,42 @@ pub fn noisy_counts<R: Rng + ?Sized>(
     counts.iter().map(|&c| release_count(c, eps, rng)).collect()
 }
 
+/// The service's DP popularity release with its charges: one count per catalogue item
+/// (`n_items`) of the ratings with `counted[k]`, made eps-DP by [`noisy_counts`]; every
+/// counted rating is charged `eps` and each user with a counted rating one `PureDp { eps }`
+/// (each rating is in exactly one count). Docs: docs/privacy/mechanisms.md.
+pub fn dp_popularity<R: Rng + ?Sized>(
+    ratings: &Ratings,
+    n_items: usize,
+    counted: &[bool],
+    eps: f64,
+    rng: &mut R,
+) -> Result<(Vec<i64>, ReleaseCharges), TrainError> {
+    let mut counts = vec![0u64; n_items];
+    let mut charges = Vec::new();
+    for (k, _) in counted.iter().enumerate().filter(|(_, &c)| c) {
+        counts[ratings.items[k] as usize] += 1;
+        charges.push(RatingCharge {
+            position: k as u32,
+            eps,
+        });
+    }
+    let noisy = noisy_counts(&counts, eps, rng).map_err(privacy_err)?;
+    let record = MechanismRecord {
+        name: "popularity-discrete-laplace".into(),
+        params: serde_json::json!({"eps": eps, "sensitivity": 1,
+            "selection": "ratings whose release share >= 2 * eps"}),
+        unit: PrivacyUnit::Rating,
+        neighbour: Neighbour::AddRemove,
+    };
+    let charges = ReleaseCharges::per_rating(record, &ratings.users, ratings.n_users, charges);
+    Ok((noisy, charges))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::accountant::PrivacyEvent;
 
     fn data() -> Ratings {
         let mut r = Ratings::default();
@@ -165,6 +201,42 @@ mod tests {
             .users
             .iter()
             .all(|u| u.event == PrivacyEvent::PureDp { eps: 0.2, count: 1 }));
+    }
+
+    /// The popularity release pays for exactly what it counts: each counted rating `eps`,
+    /// each user with a counted rating one `PureDp { eps }`, nobody else; the noisy counts
+    /// are per catalogue item (also items nobody rated).
+    #[test]
+    fn popularity_charges_exactly_the_counted_ratings() {
+        let mut r = Ratings::with_dims(3, 4);
+        r.push(0, 0, 4.0);
+        r.push(0, 1, 3.0);
+        r.push(1, 1, 5.0);
+        r.push(2, 2, 1.0);
+        let counted = [true, true, false, false];
+        let (noisy, c) = dp_popularity(&r, 4, &counted, 0.3, &mut crate::rng::seeded(5)).unwrap();
+        assert_eq!(noisy.len(), 4);
+        assert_eq!(
+            c.ratings,
+            vec![
+                RatingCharge {
+                    position: 0,
+                    eps: 0.3
+                },
+                RatingCharge {
+                    position: 1,
+                    eps: 0.3
+                }
+            ]
+        );
+        assert_eq!(c.users.len(), 1);
+        assert_eq!(c.users[0].user, 0);
+        assert_eq!(
+            c.users[0].event,
+            PrivacyEvent::PureDp { eps: 0.3, count: 1 }
+        );
+        assert_eq!(c.mechanisms[0].name, "popularity-discrete-laplace");
+        assert_eq!(c.mechanisms[0].unit, PrivacyUnit::Rating);
     }
 
     #[test]

@@ -109,60 +109,62 @@ pub trait Trainer: Send + Sync {
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError>;
 }
 
-/// Names accepted by [`build`], with a one-line description each.
-pub const TRAINERS: &[(&str, &str)] = &[
-    (
-        "dp-alt",
-        "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven",
-    ),
-    (
-        "baseline",
-        "global mean + regularised user and item biases (non-private)",
-    ),
-    (
-        "sgd-mf",
-        "biased matrix factorization by SGD, Funk-SVD style (non-private)",
-    ),
-    (
-        "als-mf",
-        "biased matrix factorization by alternating least squares (non-private)",
-    ),
-    (
-        "gaussian-mf",
-        "DP user profiles: clipped, Gaussian-noised gradient steps on public item factors (RDP-charged per user)",
-    ),
-    (
-        "paper-gaussian-mf",
-        "Gaussian-MF as in Mugdho-Imtiaz (noise on user gradients only; paper-claimed, not proven)",
-    ),
-    (
-        "pdp-pmf",
-        "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven)",
-    ),
-    (
-        "dp-pmf",
-        "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)",
-    ),
-    (
-        "paper-pdp-pmf",
-        "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven",
-    ),
-    (
-        "paper-dp-pmf",
-        "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven",
-    ),
-    ("dpsgd-nbm", "DP neighbourhood model (Wang-Tang DPSGD-PNBM): DP-SGD, clipped per-user gradients, Poisson sampling, Gaussian noise; explains by the user's own items (proven)"),
-    ("dpps-nbm", "DP neighbourhood model (Wang-Tang DPPS-PNBM): SGLD on clipped per-user gradients, accounted as subsampled Gaussian steps (proven; the paper's 4B claim only reported)"),
-    ("nbm", "the neighbourhood model of dpsgd-nbm/dpps-nbm trained by plain SGD (non-private)"),
+/// Where a proven trainer's claim is proven: the document under docs/privacy/ and the
+/// test that fails on a wrong noise scale (checked by `every_proven_trainer_names_its_proof`).
+#[derive(Debug, Clone, Copy)]
+pub struct Proof {
+    pub doc: &'static str,
+    pub noise_scale_test: &'static str,
+}
+
+/// One row of the trainer table: adding a trainer is adding a row.
+pub struct TrainerEntry {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub build: fn(&Params) -> Result<Box<dyn Trainer>, TrainError>,
+    /// `Some` exactly for trainers whose guarantee is [`Guarantee::Proven`].
+    pub proof: Option<Proof>,
+}
+
+/// Boxes a trainer constructor's result (keeps the table rows one line each).
+fn boxed<T: Trainer + 'static, E: Into<TrainError>>(
+    r: Result<T, E>,
+) -> Result<Box<dyn Trainer>, TrainError> {
+    Ok(Box::new(r.map_err(Into::into)?))
+}
+
+const fn proof(doc: &'static str, noise_scale_test: &'static str) -> Option<Proof> {
+    Some(Proof {
+        doc,
+        noise_scale_test,
+    })
+}
+
+/// Every trainer [`build`] accepts.
+#[rustfmt::skip]
+pub const TRAINERS: &[TrainerEntry] = &[
+    TrainerEntry { name: "dp-alt", about: "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven", build: |p| boxed(dp_alt::DpAlt::from_params(p)), proof: proof("docs/privacy/dp-alt.md", "unrated_item_noise_has_the_per_round_scale") },
+    TrainerEntry { name: "baseline", about: "global mean + regularised user and item biases (non-private)", build: |p| boxed(baseline::Baseline::from_params(p)), proof: None },
+    TrainerEntry { name: "sgd-mf", about: "biased matrix factorization by SGD, Funk-SVD style (non-private)", build: |p| boxed(sgd::SgdMf::from_params(p)), proof: None },
+    TrainerEntry { name: "als-mf", about: "biased matrix factorization by alternating least squares (non-private)", build: |p| boxed(als::AlsMf::from_params(p)), proof: None },
+    TrainerEntry { name: "gaussian-mf", about: "DP user profiles: clipped, Gaussian-noised gradient steps on public item factors (RDP-charged per user)", build: |p| boxed(gaussian_mf::GaussianMf::from_params(p)), proof: proof("docs/privacy/gaussian-mf.md", "one_step_noise_scale_is_lr_sigma_c_and_wrong_sigma_fails") },
+    TrainerEntry { name: "paper-gaussian-mf", about: "Gaussian-MF as in Mugdho-Imtiaz (noise on user gradients only; paper-claimed, not proven)", build: |p| boxed(gaussian_mf::PaperGaussianMf::from_params(p)), proof: None },
+    TrainerEntry { name: "pdp-pmf", about: "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven)", build: |p| boxed(objpert::PdpPmf::from_params(p, false)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
+    TrainerEntry { name: "dp-pmf", about: "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)", build: |p| boxed(objpert::PdpPmf::from_params(p, true)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
+    TrainerEntry { name: "paper-pdp-pmf", about: "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, false)), proof: None },
+    TrainerEntry { name: "paper-dp-pmf", about: "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, true)), proof: None },
+    TrainerEntry { name: "dpsgd-nbm", about: "DP neighbourhood model (Wang-Tang DPSGD-PNBM): DP-SGD, clipped per-user gradients, Poisson sampling, Gaussian noise; explains by the user's own items (proven)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::DpSgd, p)), proof: proof(nbm::PROOF_DOC, "noise_scale_is_z_times_clip") },
+    TrainerEntry { name: "dpps-nbm", about: "DP neighbourhood model (Wang-Tang DPPS-PNBM): SGLD on clipped per-user gradients, accounted as subsampled Gaussian steps (proven; the paper's 4B claim only reported)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::DpPs, p)), proof: proof(nbm::PROOF_DOC, "loop_counts_steps_and_noise_never_below_z") },
+    TrainerEntry { name: "nbm", about: "the neighbourhood model of dpsgd-nbm/dpps-nbm trained by plain SGD (non-private)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::NonPrivate, p)), proof: None },
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
 /// (taken from the trainers themselves, so help text cannot drift from the code).
 pub fn describe() -> String {
     let mut out = String::new();
-    for (name, about) in TRAINERS {
-        out.push_str(&format!("  {name}: {about}\n"));
-        if let Ok(t) = build(name, &Params::new()) {
+    for e in TRAINERS {
+        out.push_str(&format!("  {}: {}\n", e.name, e.about));
+        if let Ok(t) = (e.build)(&Params::new()) {
             if let serde_json::Value::Object(m) = t.params() {
                 let defaults: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 out.push_str(&format!("      defaults: {}\n", defaults.join(" ")));
@@ -173,26 +175,83 @@ pub fn describe() -> String {
 }
 
 pub fn names() -> Vec<&'static str> {
-    TRAINERS.iter().map(|(n, _)| *n).collect()
+    TRAINERS.iter().map(|e| e.name).collect()
+}
+
+/// The table row of trainer `name`.
+pub fn entry(name: &str) -> Option<&'static TrainerEntry> {
+    TRAINERS.iter().find(|e| e.name == name)
 }
 
 /// Builds a trainer by name; unknown parameters are an error naming the parameter.
 pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError> {
-    let t: Box<dyn Trainer> = match name {
-        "dp-alt" => Box::new(dp_alt::DpAlt::from_params(params)?),
-        "baseline" => Box::new(baseline::Baseline::from_params(params)?),
-        "sgd-mf" => Box::new(sgd::SgdMf::from_params(params)?),
-        "als-mf" => Box::new(als::AlsMf::from_params(params)?),
-        "gaussian-mf" => Box::new(gaussian_mf::GaussianMf::from_params(params)?),
-        "paper-gaussian-mf" => Box::new(gaussian_mf::PaperGaussianMf::from_params(params)?),
-        "pdp-pmf" => Box::new(objpert::PdpPmf::from_params(params, false)?),
-        "dp-pmf" => Box::new(objpert::PdpPmf::from_params(params, true)?),
-        "paper-pdp-pmf" => Box::new(objpert::PaperPmf::from_params(params, false)?),
-        "paper-dp-pmf" => Box::new(objpert::PaperPmf::from_params(params, true)?),
-        "dpsgd-nbm" => Box::new(nbm::Nbm::from_params(nbm::Method::DpSgd, params)?),
-        "dpps-nbm" => Box::new(nbm::Nbm::from_params(nbm::Method::DpPs, params)?),
-        "nbm" => Box::new(nbm::Nbm::from_params(nbm::Method::NonPrivate, params)?),
-        other => return Err(TrainError::UnknownTrainer(other.to_owned())),
-    };
-    Ok(t)
+    let e = entry(name).ok_or_else(|| TrainError::UnknownTrainer(name.to_owned()))?;
+    (e.build)(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(path: &str) -> String {
+        let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+    }
+
+    /// Every source file under `dir` (recursively), concatenated.
+    fn sources(dir: &str) -> String {
+        let mut out = String::new();
+        let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+        while let Some(d) = stack.pop() {
+            for f in std::fs::read_dir(&d).unwrap().map(|f| f.unwrap().path()) {
+                if f.is_dir() {
+                    stack.push(f);
+                } else if f.extension().is_some_and(|x| x == "rs") {
+                    out.push_str(&std::fs::read_to_string(&f).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// The OpenDP-style link from a proven trainer to its proof: the table names a doc
+    /// under docs/privacy/ for exactly the proven trainers, the doc exists and names the
+    /// trainer and its noise-scale test, and that test exists in the code.
+    #[test]
+    fn every_proven_trainer_names_its_proof() {
+        let code = format!("{}{}", sources("src"), sources("tests"));
+        for e in TRAINERS {
+            let t = (e.build)(&Params::new()).unwrap();
+            assert_eq!(t.name(), e.name);
+            let proven = t.guarantee() == Guarantee::Proven;
+            assert_eq!(proven, e.proof.is_some(), "{}: proof iff proven", e.name);
+            let Some(p) = e.proof else { continue };
+            assert!(p.doc.starts_with("docs/privacy/"), "{}", p.doc);
+            let doc = read(p.doc);
+            assert!(doc.contains(e.name), "{} does not name {}", p.doc, e.name);
+            assert!(
+                doc.contains(p.noise_scale_test),
+                "{} does not name {}",
+                p.doc,
+                p.noise_scale_test
+            );
+            assert!(
+                code.contains(&format!("fn {}(", p.noise_scale_test)),
+                "no test fn {}",
+                p.noise_scale_test
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_unknown_names_are_refused() {
+        let mut n = names();
+        n.sort();
+        n.dedup();
+        assert_eq!(n.len(), TRAINERS.len());
+        assert!(matches!(
+            build("no-such", &Params::new()),
+            Err(TrainError::UnknownTrainer(_))
+        ));
+    }
 }

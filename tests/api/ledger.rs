@@ -11,9 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dprec::accountant::{PrivacyEvent, RenyiFilter};
-use dprec::ledger::commit::{commit, CommitError, RatingChargeRow, ReleaseRecord};
-use dprec::retrain::Hooks;
+use dprec::release::Hooks;
 use dprec::store::Store;
+use dprec::store::{commit_release as commit, CommitError, RatingChargeRow, ReleaseRecord};
+use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
 use sqlx::Row;
 
@@ -354,15 +355,15 @@ async fn commit_rechecks_stored_state(url: &str) {
     let record = |eps: f64| ReleaseRecord {
         trainer: "manual".into(),
         params: json!({}),
-        guarantee: "proven".into(),
+        guarantee: Guarantee::Proven,
         mechanisms: json!([]),
         popularity_eps: 0.0,
         n_ratings: 2,
         n_users: 1,
         n_items: 2,
         job_id: None,
-        rating_unit: "rating".into(),
-        rating_neighbour: "add-remove".into(),
+        rating_unit: PrivacyUnit::Rating,
+        rating_neighbour: Neighbour::AddRemove,
         rating_charges: snap
             .ratings
             .iter()

@@ -65,7 +65,8 @@ use crate::accountant::PrivacyEvent;
 use crate::data::{Compressed, RatingScale, Ratings};
 use crate::privacy::{self, Threshold};
 use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges, UserCharge,
+    largest_per_user, MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges,
+    UserCharge,
 };
 use crate::train::linalg::cholesky_solve;
 use crate::train::{ParamError, TrainError};
@@ -445,7 +446,6 @@ pub(crate) fn rating_and_user_charges(
     t: f64,
 ) -> Result<(Vec<RatingCharge>, Vec<UserCharge>), TrainError> {
     let mut rating_charges = Vec::new();
-    let mut worst = vec![0.0f64; ratings.n_users];
     for (k, &e) in eligible.iter().enumerate() {
         if e > 0.0 {
             let c = privacy::sampling_charge(e, t).map_err(privacy_err)?;
@@ -453,10 +453,13 @@ pub(crate) fn rating_and_user_charges(
                 position: k as u32,
                 eps: c,
             });
-            let u = ratings.users[k] as usize;
-            worst[u] = worst[u].max(c);
         }
     }
+    let worst = largest_per_user(
+        &ratings.users,
+        ratings.n_users,
+        rating_charges.iter().map(|c| (c.position as usize, c.eps)),
+    );
     let mut users = Vec::new();
     for (u, &w) in worst.iter().enumerate() {
         if w > 0.0 {
@@ -470,10 +473,8 @@ pub(crate) fn rating_and_user_charges(
     Ok((rating_charges, users))
 }
 
-/// DP mean of the kept ratings: discrete Laplace on the sum (rating-grid units,
-/// sensitivity `max(|min|, |max|)/step`) and on the count (sensitivity 1), `eps/2` each.
-/// The ratio (clamped to the scale; the midpoint if the noisy count is < 1) is
-/// post-processing.
+/// DP mean of the kept ratings: [`crate::train::dp_stats::dp_mean_on_grid`] on the
+/// rating grid (0.01 for a continuous scale), the values clamped to the scale.
 fn release_mean<R: Rng + ?Sized>(
     ratings: &Ratings,
     kept: &[bool],
@@ -481,28 +482,13 @@ fn release_mean<R: Rng + ?Sized>(
     eps: f64,
     rng: &mut R,
 ) -> Result<f64, TrainError> {
-    let g = if scale.step > 0.0 { scale.step } else { 0.01 };
-    let units = |v: f64| (scale.clamp(v) / g).round() as i64;
-    let sens = units(scale.min)
-        .unsigned_abs()
-        .max(units(scale.max).unsigned_abs())
-        .max(1);
-    let mut sum = 0i64;
-    let mut count = 0u64;
-    for (k, &keep) in kept.iter().enumerate() {
-        if keep {
-            sum += units(ratings.values[k] as f64);
-            count += 1;
-        }
-    }
-    let (s, _) = privacy::release_steps(sum, sens, eps / 2.0, rng).map_err(privacy_err)?;
-    let c = privacy::release_count(count, eps / 2.0, rng).map_err(privacy_err)?;
-    let mid = 0.5 * (scale.min + scale.max);
-    Ok(if c >= 1 {
-        scale.clamp(s as f64 * g / c as f64)
-    } else {
-        mid
-    })
+    let grid = if scale.step > 0.0 { scale.step } else { 0.01 };
+    let values = kept
+        .iter()
+        .zip(&ratings.values)
+        .filter(|(&keep, _)| keep)
+        .map(|(_, &v)| v as f64);
+    crate::train::dp_stats::dp_mean_on_grid(values, scale, grid, eps, rng)
 }
 
 fn log_cosh(a: f64) -> f64 {

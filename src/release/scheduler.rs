@@ -1,0 +1,72 @@
+//! The background loops of a [`Retrainer`]: the scheduler that retrains when enough
+//! ratings arrived, and the replica watcher that serves releases committed by another
+//! instance on the same database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Retrainer;
+
+impl Retrainer {
+    /// Replicas: every `scheduler.reload_secs`, serve a newer release committed by another
+    /// instance on the same database.
+    pub async fn watch_releases(self: Arc<Self>) {
+        let secs = self.settings.scheduler.reload_secs;
+        if secs == 0 {
+            return;
+        }
+        let every = Duration::from_secs(secs);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            self.reload_if_newer().await;
+        }
+    }
+
+    /// One check of the replica watcher.
+    async fn reload_if_newer(&self) {
+        let current = self.registry.current().map(|p| p.release_id).unwrap_or(0);
+        match self.store.latest_model_id().await {
+            Ok(Some(id)) if id > current => match self.load_latest().await {
+                Ok(_) => log::info!("serving release {id} published by another instance"),
+                Err(e) => log::error!("loading release {id}: {e:#}"),
+            },
+            Ok(_) => {}
+            Err(e) => {
+                self.metrics.store_errors.inc();
+                log::error!("checking for new releases: {e}");
+            }
+        }
+    }
+
+    /// The scheduler: every interval, retrain when `min_new_ratings` arrived since the
+    /// last release (or since start-up when there is none).
+    pub async fn schedule(self: Arc<Self>) {
+        let every = Duration::from_secs(self.settings.scheduler.retrain_interval_secs);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            self.scheduled_tick().await;
+        }
+    }
+
+    /// One check of the scheduler.
+    async fn scheduled_tick(&self) {
+        let since = self.registry.current().map(|p| p.created_at).unwrap_or(0);
+        match self.store.ratings_updated_since(since).await {
+            Ok(n) if n as u64 >= self.settings.scheduler.min_new_ratings => {
+                match self.store.create_job("scheduled").await {
+                    Ok(id) => {
+                        self.run_job(id).await;
+                    }
+                    Err(e) => log::error!("scheduler: {e}"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.metrics.store_errors.inc();
+                log::error!("scheduler: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The steps of one release, each a function a test can call without HTTP: admission
+//! (which ratings take part and at what share), the training set, the fit, the DP
+//! popularity, the charges, and the record the store commits.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use super::{ReleaseConfig, ReleaseError};
+use crate::accountant::PrivacyEvent;
+use crate::data::{IdMap, Interactions, Ratings};
+use crate::ledger::{complete_user_events, plan, Plan, PlanParams};
+use crate::rng::DpRng;
+use crate::serve::Popularity;
+use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
+use crate::train::charges::{largest_per_user, MechanismRecord, Neighbour, PrivacyUnit};
+use crate::train::{dp_stats, FactorModel, Fitted, Guarantee, ReleaseCharges, TrainData, Trainer};
+
+/// Which ratings a release uses and whether it is private.
+#[derive(Debug)]
+pub struct Admission {
+    pub plan: Plan,
+    /// Proven trainer: charged and filtered; otherwise an allowed non-private release.
+    pub private: bool,
+}
+
+/// Step 1: refuse trainers that may not be served, then plan the admission from the
+/// snapshot's budgets (pure; see [`crate::ledger::plan`]).
+pub fn admit(
+    cfg: &ReleaseConfig,
+    trainer: &dyn Trainer,
+    snap: &Snapshot,
+) -> Result<Admission, ReleaseError> {
+    let private = match trainer.guarantee() {
+        Guarantee::Proven => true,
+        Guarantee::NonPrivate if cfg.allow_non_private => false,
+        guarantee => {
+            return Err(ReleaseError::NotServable {
+                trainer: trainer.name(),
+                guarantee,
+            })
+        }
+    };
+    let params = PlanParams {
+        policy: cfg.policy,
+        min_release_eps: cfg.min_release_eps,
+        popularity_eps: cfg.popularity_eps,
+        planned_user_event: trainer.planned_user_event(),
+        check_user_filter: private,
+    };
+    let plan = plan(&params, &snap.budgets(), &snap.users);
+    if plan.admitted.is_empty() {
+        return Err(ReleaseError::NothingAdmitted {
+            ratings: snap.ratings.len(),
+            exhausted: plan.ratings_exhausted,
+            excluded: plan.users_excluded.len(),
+        });
+    }
+    Ok(Admission { plan, private })
+}
+
+/// The admitted ratings in dense indices: participating users (sorted), the whole item
+/// catalogue; position `k` is `plan.admitted[k]`.
+#[derive(Debug, Clone)]
+pub struct TrainingSet {
+    pub users: IdMap,
+    pub items: IdMap,
+    pub user_ids: Vec<String>,
+    pub item_ids: Vec<String>,
+    pub ratings: Ratings,
+    /// The share of each rating this release may spend on training.
+    pub budgets: Vec<f64>,
+}
+
+/// Step 2: the training set of an admission.
+pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, ReleaseError> {
+    let mut user_ids: Vec<String> = plan
+        .admitted
+        .iter()
+        .map(|a| snap.ratings[a.index].user.clone())
+        .collect();
+    user_ids.sort();
+    user_ids.dedup();
+    let mut users = IdMap::new();
+    for u in &user_ids {
+        users.intern(u);
+    }
+    let mut items = IdMap::new();
+    for i in &snap.items {
+        items.intern(i);
+    }
+    let mut ratings = Ratings::with_dims(users.len(), items.len());
+    let mut budgets = Vec::with_capacity(plan.admitted.len());
+    for a in &plan.admitted {
+        let r = &snap.ratings[a.index];
+        let (Some(u), Some(i)) = (users.get(&r.user), items.get(&r.item)) else {
+            return Err(ReleaseError::UnknownItem(r.id));
+        };
+        ratings.push(u, i, r.value as f32);
+        budgets.push(a.train_budget);
+    }
+    let item_ids = (0..items.len() as u32)
+        .map(|i| items.external(i).unwrap_or_default().to_string())
+        .collect();
+    Ok(TrainingSet {
+        users,
+        items,
+        user_ids,
+        item_ids,
+        ratings,
+        budgets,
+    })
+}
+
+/// Step 3: trains off the async runtime; a panic or a trainer error is a failed release
+/// (nothing charged). Returns the fit and the generator for the release's further noise.
+/// `prior` is the last published proven model, re-indexed to this set.
+pub async fn fit(
+    trainer: Arc<dyn Trainer>,
+    set: &TrainingSet,
+    cfg: &ReleaseConfig,
+    prior: Option<FactorModel>,
+) -> Result<(Fitted, DpRng), ReleaseError> {
+    let ratings = set.ratings.clone();
+    let budgets = set.budgets.clone();
+    let (scale, seed) = (cfg.scale, cfg.seed);
+    let declared = trainer.guarantee();
+    let fit = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let matrix = Interactions::new(&ratings);
+            let data = TrainData {
+                ratings: &ratings,
+                matrix: &matrix,
+                scale,
+                budgets: Some(&budgets),
+                prior: prior.as_ref(),
+            };
+            let mut rng = crate::rng::from_seed_or_os(seed);
+            trainer.fit(&data, &mut rng).map(|f| (f, rng))
+        }))
+    })
+    .await?;
+    let (fitted, rng) = match fit {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => return Err(ReleaseError::Trainer(e)),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            return Err(ReleaseError::TrainerPanicked(msg));
+        }
+    };
+    if fitted.guarantee != declared {
+        return Err(ReleaseError::GuaranteeMismatch {
+            reported: fitted.guarantee,
+            declared,
+        });
+    }
+    Ok((fitted, rng))
+}
+
+/// Step 4: the DP popularity counts of the ratings the plan lets be counted, with their
+/// charges (see [`dp_stats::dp_popularity`]).
+pub fn popularity(
+    set: &TrainingSet,
+    plan: &Plan,
+    eps: f64,
+    rng: &mut DpRng,
+) -> Result<(Vec<i64>, ReleaseCharges), ReleaseError> {
+    let counted: Vec<bool> = plan.admitted.iter().map(|a| a.popularity).collect();
+    dp_stats::dp_popularity(&set.ratings, set.items.len(), &counted, eps, rng)
+        .map_err(|e| ReleaseError::Popularity(e.to_string()))
+}
+
+/// What a release charges, keyed by the store's ids.
+#[derive(Debug, Clone, Default)]
+pub struct Charges {
+    pub ratings: Vec<RatingChargeRow>,
+    pub users: BTreeMap<String, Vec<PrivacyEvent>>,
+    pub mechanisms: Vec<MechanismRecord>,
+    pub rating_unit: PrivacyUnit,
+    pub rating_neighbour: Neighbour,
+}
+
+/// Step 5 (private releases): the trainer's charges and the popularity's, checked against
+/// the plan and turned into ledger rows. Per rating: trainer + popularity eps. Per user:
+/// the trainer's events, completed to cover the user's largest trainer charge (the
+/// `ReleaseCharges` contract), then the popularity's event (each rating is in one count).
+pub fn collect_charges(
+    snap: &Snapshot,
+    plan: &Plan,
+    set: &TrainingSet,
+    trainer: &ReleaseCharges,
+    popularity: &ReleaseCharges,
+) -> Result<Charges, ReleaseError> {
+    let n = set.ratings.len();
+    if let Some(bad) = trainer.ratings.iter().find(|c| c.position as usize >= n) {
+        return Err(ReleaseError::BadCharge(format!(
+            "trainer charged unknown rating position {}",
+            bad.position
+        )));
+    }
+    let train = trainer.rating_totals(n);
+    let pop = popularity.rating_totals(n);
+    let mut ratings = Vec::new();
+    for (k, a) in plan.admitted.iter().enumerate() {
+        if !(train[k].is_finite() && train[k] >= 0.0 && train[k] <= a.train_budget) {
+            return Err(ReleaseError::BadCharge(format!(
+                "trainer charged rating position {k} eps {}, above its budget {}",
+                train[k], a.train_budget
+            )));
+        }
+        if train[k] + pop[k] > 0.0 {
+            let r = &snap.ratings[a.index];
+            ratings.push(RatingChargeRow {
+                rating_id: r.id,
+                user: r.user.clone(),
+                item: r.item.clone(),
+                eps_train: train[k],
+                eps_popularity: pop[k],
+            });
+        }
+    }
+    let n_users = set.users.len();
+    let users_of = &set.ratings.users;
+    let max_train = largest_per_user(users_of, n_users, train.iter().copied().enumerate());
+    let max_pop = largest_per_user(users_of, n_users, pop.iter().copied().enumerate());
+    let trainer_events = trainer.user_events();
+    let mut users = BTreeMap::new();
+    for u in 0..n_users as u32 {
+        let mut events = trainer_events.get(&u).cloned().unwrap_or_default();
+        let (t, p) = (max_train[u as usize], max_pop[u as usize]);
+        if events.is_empty() && t + p <= 0.0 {
+            continue;
+        }
+        complete_user_events(&mut events, t, p);
+        users.insert(set.user_ids[u as usize].clone(), events);
+    }
+    if let Some(&u) = trainer_events.keys().find(|&&u| u as usize >= n_users) {
+        return Err(ReleaseError::BadCharge(format!(
+            "trainer charged unknown user index {u}"
+        )));
+    }
+    let mut mechanisms = trainer.mechanisms.clone();
+    let (mut rating_unit, mut rating_neighbour) = (PrivacyUnit::Rating, Neighbour::AddRemove);
+    if let Some(m) = mechanisms.iter().find(|m| m.unit == PrivacyUnit::Rating) {
+        rating_neighbour = m.neighbour;
+    } else if let Some(m) = mechanisms.first() {
+        (rating_unit, rating_neighbour) = (m.unit, m.neighbour);
+    }
+    mechanisms.extend(popularity.mechanisms.iter().cloned());
+    Ok(Charges {
+        ratings,
+        users,
+        mechanisms,
+        rating_unit,
+        rating_neighbour,
+    })
+}
+
+/// Step 6: the record the store commits in one transaction.
+pub struct RecordInput<'a> {
+    pub trainer: &'a dyn Trainer,
+    pub guarantee: Guarantee,
+    pub set: &'a TrainingSet,
+    pub model: &'a FactorModel,
+    pub popularity: &'a Popularity,
+    pub charges: Charges,
+    pub job_id: Option<i64>,
+}
+
+pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
+    let RecordInput {
+        trainer,
+        guarantee,
+        set,
+        model,
+        popularity,
+        charges,
+        job_id,
+    } = input;
+    Ok(ReleaseRecord {
+        trainer: trainer.name().to_string(),
+        params: trainer.params(),
+        guarantee,
+        mechanisms: serde_json::to_value(&charges.mechanisms)?,
+        popularity_eps: popularity.eps,
+        n_ratings: set.ratings.len() as i64,
+        n_users: set.users.len() as i64,
+        n_items: set.items.len() as i64,
+        job_id,
+        rating_unit: charges.rating_unit,
+        rating_neighbour: charges.rating_neighbour,
+        rating_charges: charges.ratings,
+        user_charges: charges.users,
+        model_json: serde_json::to_string(model)?,
+        users_json: serde_json::to_string(&set.user_ids)?,
+        items_json: serde_json::to_string(&set.item_ids)?,
+        popularity_json: serde_json::to_string(popularity)?,
+    })
+}

@@ -1,0 +1,113 @@
+//! What the audit endpoints read: a user's rating slots and the releases that charged them.
+
+use sqlx::Row;
+
+use super::{ReleaseRow, Store, StoreError};
+
+/// A rating's budget slot for the audit.
+#[derive(Debug, Clone)]
+pub struct RatingAuditRow {
+    pub item: String,
+    pub eps: f64,
+    pub spent: f64,
+    pub releases: i64,
+    pub deleted: bool,
+}
+
+/// What one release charged one user.
+#[derive(Debug, Clone)]
+pub struct UserReleaseCharge {
+    pub release: ReleaseRow,
+    pub events: serde_json::Value,
+    pub admitted_order: f64,
+    pub ratings_charged: i64,
+    pub rating_eps_total: f64,
+}
+
+impl Store {
+    // ----- audit ------------------------------------------------------------------
+
+    /// A user's rating budget slots, paginated by item id.
+    pub async fn audit_ratings(
+        &self,
+        user: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(i64, Vec<RatingAuditRow>), StoreError> {
+        let total: i64 = sqlx::query("SELECT COUNT(*) FROM ratings WHERE user_id = $1")
+            .bind(user)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let rows = sqlx::query(
+            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END \
+             FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
+        )
+        .bind(user)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let deleted: i64 = r.try_get(4)?;
+            out.push(RatingAuditRow {
+                item: r.try_get(0)?,
+                eps: r.try_get(1)?,
+                spent: r.try_get(2)?,
+                releases: r.try_get(3)?,
+                deleted: deleted != 0,
+            });
+        }
+        Ok((total, out))
+    }
+
+    /// The releases that charged the user, newest first.
+    pub async fn audit_releases(
+        &self,
+        user: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(i64, Vec<UserReleaseCharge>), StoreError> {
+        let total: i64 = sqlx::query("SELECT COUNT(*) FROM user_charges WHERE user_id = $1")
+            .bind(user)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let rows = sqlx::query(
+            "SELECT release_id, events, admitted_order FROM user_charges WHERE user_id = $1 \
+             ORDER BY release_id DESC LIMIT $2 OFFSET $3",
+        )
+        .bind(user)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let id: i64 = r.try_get(0)?;
+            let events: String = r.try_get(1)?;
+            let release = self
+                .release(id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("charge of missing release {id}")))?;
+            let agg = sqlx::query(
+                "SELECT COUNT(*), COALESCE(SUM(eps), 0.0) FROM rating_charges \
+                 WHERE release_id = $1 AND user_id = $2",
+            )
+            .bind(id)
+            .bind(user)
+            .fetch_one(&self.pool)
+            .await?;
+            out.push(UserReleaseCharge {
+                release,
+                events: serde_json::from_str(&events)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                admitted_order: r.try_get(2)?,
+                ratings_charged: agg.try_get(0)?,
+                rating_eps_total: agg.try_get(1)?,
+            });
+        }
+        Ok((total, out))
+    }
+}

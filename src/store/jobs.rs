@@ -1,0 +1,116 @@
+//! Retrain jobs and the trainer lease.
+
+use sqlx::Row;
+
+use super::{now_ms, Store, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: i64,
+    pub kind: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub release_id: Option<i64>,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+fn job_from_row(r: &sqlx::any::AnyRow) -> Result<JobRow, StoreError> {
+    Ok(JobRow {
+        id: r.try_get("id")?,
+        kind: r.try_get("kind")?,
+        status: r.try_get("status")?,
+        reason: r.try_get("reason")?,
+        release_id: r.try_get("release_id")?,
+        created_at: r.try_get("created_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
+}
+
+impl Store {
+    // ----- jobs, lease, keys -------------------------------------------------------
+
+    pub async fn create_job(&self, kind: &str) -> Result<i64, StoreError> {
+        let r = sqlx::query(
+            "INSERT INTO jobs (kind, status, created_at) VALUES ($1, 'running', $2) RETURNING id",
+        )
+        .bind(kind)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(r.try_get(0)?)
+    }
+
+    pub async fn finish_job(
+        &self,
+        id: i64,
+        status: &str,
+        reason: Option<&str>,
+        release_id: Option<i64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE jobs SET status = $2, reason = $3, release_id = $4, finished_at = $5 \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(reason)
+        .bind(release_id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Jobs still `running` after a lease lifetime belong to a process that stopped
+    /// (nothing of theirs was committed, or they would be finished): mark them failed.
+    pub async fn fail_abandoned_jobs(&self, lease_secs: u64) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'failed', reason = 'abandoned: the process running it stopped', \
+             finished_at = $1 WHERE status = 'running' AND created_at < $2",
+        )
+        .bind(now)
+        .bind(now - (lease_secs as i64) * 1000)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    pub async fn job(&self, id: i64) -> Result<Option<JobRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, kind, status, reason, release_id, created_at, finished_at \
+             FROM jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Takes (or renews) the trainer lease for `holder` until now + `secs`; false when
+    /// another holder's lease has not expired.
+    pub async fn acquire_lease(&self, holder: &str, secs: u64) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let r = sqlx::query(
+            "INSERT INTO leases (name, holder, expires_at) VALUES ('trainer', $1, $2) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             expires_at = excluded.expires_at \
+             WHERE leases.expires_at < $3 OR leases.holder = $1",
+        )
+        .bind(holder)
+        .bind(now + (secs as i64) * 1000)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    pub async fn release_lease(&self, holder: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM leases WHERE name = 'trainer' AND holder = $1")
+            .bind(holder)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,376 @@
+//! Ratings, users and their settings, the training snapshot.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use super::{
+    curve_json, now_ms, parse_curve, Defaults, NewRating, RatingRow, Snapshot, Store, StoreCounts,
+    StoreError, Tx, UserRow,
+};
+use crate::accountant::RdpCurve;
+use crate::ledger::UserBudget;
+
+/// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 5 binds per row).
+const UPSERT_CHUNK: usize = 400;
+
+/// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
+/// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
+fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
+    (0..n)
+        .map(|k| group(1 + k * per))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Store {
+    // ----- ingestion and settings -------------------------------------------------
+
+    /// Upserts a batch in one transaction (all or nothing). A re-rating replaces the
+    /// value and keeps the budget slot (eps_ij, spent, releases). Returns the number of
+    /// new ratings.
+    pub async fn upsert_ratings(
+        &self,
+        batch: &[NewRating],
+        defaults: Defaults,
+    ) -> Result<usize, StoreError> {
+        let now = now_ms();
+        // A pair rated twice in one batch: the last value wins, as if sent one by one
+        // (a multi-row upsert may touch each row once).
+        let mut last: BTreeMap<(&str, &str), &NewRating> = BTreeMap::new();
+        for r in batch {
+            last.insert((r.user.as_str(), r.item.as_str()), r);
+        }
+        let rows: Vec<&NewRating> = last.into_values().collect();
+        let users: Vec<&str> = {
+            let set: std::collections::BTreeSet<&str> =
+                rows.iter().map(|r| r.user.as_str()).collect();
+            set.into_iter().collect()
+        };
+        let items: Vec<&str> = {
+            let set: std::collections::BTreeSet<&str> =
+                rows.iter().map(|r| r.item.as_str()).collect();
+            set.into_iter().collect()
+        };
+        // A new user's consumed curve is stored as '' (read back as the zero curve by
+        // `parse_curve`) instead of 156 zeros of JSON per row.
+        let zero = "";
+        let mut tx = self.pool.begin().await?;
+        // Multi-row statements, a few hundred rows each (well under both backends'
+        // bind-parameter limits): one round trip per chunk instead of one per rating.
+        let user_default = upsert_users(&mut tx, &users, defaults, zero, now).await?;
+        insert_items(&mut tx, &items, now).await?;
+        let mut created = 0;
+        for chunk in rows.chunks(UPSERT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO ratings (user_id, item_id, value, eps, spent, releases, origin, \
+                 created_at, updated_at) VALUES {} \
+                 ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
+                 updated_at = excluded.updated_at RETURNING created_at",
+                placeholders(chunk.len(), 5, |b| {
+                    format!(
+                        "(${}, ${}, ${}, ${}, 0, 0, 'raw', ${}, ${})",
+                        b,
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 4
+                    )
+                })
+            );
+            let mut q = sqlx::query(&sql);
+            for r in chunk {
+                let eps = r
+                    .eps
+                    .or(user_default.get(r.user.as_str()).copied().flatten())
+                    .unwrap_or(defaults.rating_eps);
+                q = q
+                    .bind(&r.user)
+                    .bind(&r.item)
+                    .bind(r.value)
+                    .bind(eps)
+                    .bind(now);
+            }
+            for row in q.fetch_all(&mut *tx).await? {
+                let created_at: i64 = row.try_get(0)?;
+                if created_at == now {
+                    created += 1;
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    pub async fn user(&self, id: &str) -> Result<Option<UserRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, default_eps, budget_eps, budget_delta, rdp_consumed, deleted \
+             FROM users WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        let consumed: String = r.try_get("rdp_consumed")?;
+        let deleted: i64 = r.try_get("deleted")?;
+        Ok(Some(UserRow {
+            id: r.try_get("id")?,
+            default_eps: r.try_get("default_eps")?,
+            budget_eps: r.try_get("budget_eps")?,
+            budget_delta: r.try_get("budget_delta")?,
+            consumed: parse_curve(&consumed)?,
+            deleted: deleted != 0,
+        }))
+    }
+
+    /// Creates or updates a user's settings; the consumed curve is never touched.
+    pub async fn put_user_settings(
+        &self,
+        id: &str,
+        default_eps: Option<f64>,
+        budget_eps: f64,
+        budget_delta: f64,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, deleted, \
+             created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
+             ON CONFLICT (id) DO UPDATE SET default_eps = excluded.default_eps, \
+             budget_eps = excluded.budget_eps, budget_delta = excluded.budget_delta, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(id)
+        .bind(default_eps)
+        .bind(budget_eps)
+        .bind(budget_delta)
+        .bind(curve_json(&RdpCurve::zeros_default()))
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes a rating's value (the budget slot and its ledger history stay).
+    pub async fn delete_rating(&self, user: &str, item: &str) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE ratings SET value = NULL, updated_at = $3 \
+             WHERE user_id = $1 AND item_id = $2 AND value IS NOT NULL",
+        )
+        .bind(user)
+        .bind(item)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() > 0)
+    }
+
+    /// Deletes all of a user's rating values and marks the user deleted.
+    pub async fn delete_user(&self, user: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let u = sqlx::query("UPDATE users SET deleted = 1, updated_at = $2 WHERE id = $1")
+            .bind(user)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE ratings SET value = NULL, updated_at = $2 WHERE user_id = $1")
+            .bind(user)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(u.rows_affected() > 0)
+    }
+
+    /// Items the user has a live rating for.
+    pub async fn rated_items(&self, user: &str) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT item_id FROM ratings WHERE user_id = $1 AND value IS NOT NULL")
+                .bind(user)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|r| r.try_get(0).map_err(StoreError::from))
+            .collect()
+    }
+
+    pub async fn item_exists(&self, item: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query("SELECT 1 FROM items WHERE id = $1")
+            .bind(item)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
+    /// Counts of the whole store (tests and metrics).
+    pub async fn counts(&self) -> Result<StoreCounts, StoreError> {
+        let n = |sql: &'static str| async move {
+            let r = sqlx::query(sql).fetch_one(&self.pool).await?;
+            r.try_get::<i64, _>(0).map_err(StoreError::from)
+        };
+        Ok(StoreCounts {
+            users: n("SELECT COUNT(*) FROM users").await?,
+            items: n("SELECT COUNT(*) FROM items").await?,
+            ratings: n("SELECT COUNT(*) FROM ratings WHERE value IS NOT NULL").await?,
+            releases: n("SELECT COUNT(*) FROM releases").await?,
+            rating_charges: n("SELECT COUNT(*) FROM rating_charges").await?,
+            user_charges: n("SELECT COUNT(*) FROM user_charges").await?,
+            models: n("SELECT COUNT(*) FROM models").await?,
+        })
+    }
+
+    /// A digest of every mutable table (tests assert bad input changes nothing).
+    pub async fn fingerprint(&self) -> Result<String, StoreError> {
+        let mut out = String::new();
+        for sql in [
+            "SELECT id, COALESCE(default_eps, -1.0), budget_eps, budget_delta, deleted FROM users ORDER BY id",
+            "SELECT user_id, item_id, COALESCE(value, -1.0), eps, spent FROM ratings ORDER BY user_id, item_id",
+            "SELECT id, '', CAST(0 AS DOUBLE PRECISION), CAST(0 AS DOUBLE PRECISION), 0 FROM items ORDER BY id",
+        ] {
+            for r in sqlx::query(sql).fetch_all(&self.pool).await? {
+                let a: String = r.try_get(0)?;
+                let b: String = match r.try_get::<String, _>(1) {
+                    Ok(s) => s,
+                    Err(_) => r.try_get::<f64, _>(1)?.to_string(),
+                };
+                let c: f64 = r.try_get(2)?;
+                let d: f64 = r.try_get(3)?;
+                out.push_str(&format!("{a}|{b}|{c}|{d};"));
+            }
+        }
+        Ok(out)
+    }
+
+    // ----- training snapshot --------------------------------------------------------
+
+    /// Live ratings of live users, their budgets, and the item catalogue.
+    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let rows = sqlx::query(
+            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent FROM ratings r \
+             JOIN users u ON u.id = r.user_id \
+             WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut ratings = Vec::with_capacity(rows.len());
+        for r in &rows {
+            ratings.push(RatingRow {
+                id: r.try_get(0)?,
+                user: r.try_get(1)?,
+                item: r.try_get(2)?,
+                value: r.try_get(3)?,
+                eps: r.try_get(4)?,
+                spent: r.try_get(5)?,
+            });
+        }
+        let mut users = BTreeMap::new();
+        for r in sqlx::query(
+            "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        {
+            let consumed: String = r.try_get(3)?;
+            users.insert(
+                r.try_get::<String, _>(0)?,
+                UserBudget {
+                    eps: r.try_get(1)?,
+                    delta: r.try_get(2)?,
+                    consumed: parse_curve(&consumed)?,
+                },
+            );
+        }
+        let items = sqlx::query("SELECT id FROM items ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(Snapshot {
+            ratings,
+            users,
+            items,
+        })
+    }
+
+    /// Ratings created or re-rated after `since_ms` (scheduler trigger).
+    pub async fn ratings_updated_since(&self, since_ms: i64) -> Result<i64, StoreError> {
+        let r =
+            sqlx::query("SELECT COUNT(*) FROM ratings WHERE updated_at > $1 AND value IS NOT NULL")
+                .bind(since_ms)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(r.try_get(0)?)
+    }
+}
+
+/// Creates missing users (and revives deleted ones) with the default budgets; returns
+/// each user's default rating eps.
+async fn upsert_users(
+    tx: &mut Tx,
+    users: &[&str],
+    defaults: Defaults,
+    zero: &str,
+    now: i64,
+) -> Result<BTreeMap<String, Option<f64>>, StoreError> {
+    for chunk in users.chunks(UPSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, \
+             deleted, created_at, updated_at) VALUES {} \
+             ON CONFLICT (id) DO UPDATE SET deleted = 0",
+            placeholders(chunk.len(), 5, |b| {
+                format!(
+                    "(${}, NULL, ${}, ${}, ${}, 0, ${}, ${})",
+                    b,
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 4
+                )
+            })
+        );
+        let mut q = sqlx::query(&sql);
+        for u in chunk {
+            q = q
+                .bind(*u)
+                .bind(defaults.user_eps)
+                .bind(defaults.user_delta)
+                .bind(zero)
+                .bind(now);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    let mut user_default: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    for chunk in users.chunks(UPSERT_CHUNK) {
+        let sql = format!(
+            "SELECT id, default_eps FROM users WHERE id IN ({})",
+            placeholders(chunk.len(), 1, |b| format!("${b}"))
+        );
+        let mut q = sqlx::query(&sql);
+        for u in chunk {
+            q = q.bind(*u);
+        }
+        for row in q.fetch_all(&mut **tx).await? {
+            user_default.insert(row.try_get(0)?, row.try_get(1)?);
+        }
+    }
+    Ok(user_default)
+}
+
+/// Adds the items not yet in the catalogue.
+async fn insert_items(tx: &mut Tx, items: &[&str], now: i64) -> Result<(), StoreError> {
+    for chunk in items.chunks(UPSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO items (id, created_at) VALUES {} ON CONFLICT (id) DO NOTHING",
+            placeholders(chunk.len(), 2, |b| format!("(${}, ${})", b, b + 1))
+        );
+        let mut q = sqlx::query(&sql);
+        for i in chunk {
+            q = q.bind(*i).bind(now);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
