@@ -15,6 +15,7 @@ pub mod gaussian_mf;
 pub mod item_ranker;
 pub mod linalg;
 pub mod model;
+pub mod nbm;
 pub mod objpert;
 pub mod params;
 pub mod private_gd;
@@ -185,6 +186,9 @@ pub const TRAINERS: &[TrainerEntry] = &[
     TrainerEntry { name: "paper-dp-pmf", about: "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, true)), proof: None },
     TrainerEntry { name: "blp-mog-mf", about: "BLP-MoG-MF: mixture-of-Gaussians EM with weighted MF on client-perturbed (LDP) ratings; eps=E simulates the clients (eval, paper-claimed); docs/privacy/blp-ldp.md", build: |p| boxed(blp_mog_mf::BlpMogMf::from_params(p)), proof: None },
     TrainerEntry { name: "private-gd", about: "Private-GD / GD-DR simulated: every user sends one eps/rounds-LDP bit per round about its clipped, projected gradient (user-level local eps, proven)", build: |p| boxed(private_gd::PrivateGd::from_params(p)), proof: proof("docs/privacy/private-gd.md", "client_bit_frequency_matches_the_paper_randomiser") },
+    TrainerEntry { name: "dpsgd-nbm", about: "DP neighbourhood model (Wang-Tang DPSGD-PNBM): DP-SGD, clipped per-user gradients, Poisson sampling, Gaussian noise; explains by the user's own items (proven)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::DpSgd, p)), proof: proof(nbm::PROOF_DOC, "noise_scale_is_z_times_clip") },
+    TrainerEntry { name: "dpps-nbm", about: "DP neighbourhood model (Wang-Tang DPPS-PNBM): SGLD on clipped per-user gradients, accounted as subsampled Gaussian steps (proven; the paper's 4B claim only reported)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::DpPs, p)), proof: proof(nbm::PROOF_DOC, "loop_counts_steps_and_noise_never_below_z") },
+    TrainerEntry { name: "nbm", about: "the neighbourhood model of dpsgd-nbm/dpps-nbm trained by plain SGD (non-private)", build: |p| boxed(nbm::Nbm::from_params(nbm::Method::NonPrivate, p)), proof: None },
 ];
 
 /// One paragraph per trainer: name, description and parameters with their defaults
