@@ -227,7 +227,7 @@ pub struct Audit {
 }
 
 /// One received LDP report and its ledger charge.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LocalReportView {
     pub mechanism: String,
     pub round: i64,

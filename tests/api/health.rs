@@ -48,11 +48,15 @@ async fn probes_metrics_docs_and_unknown_routes() {
     app.stop().await;
 }
 
-/// The committed openapi/openapi.json is what the code generates
-/// (regenerate: `cargo run -- openapi > openapi/openapi.json`).
+/// The committed openapi/openapi.json is what the code generates (regenerate:
+/// `cargo run -- openapi > openapi/openapi.json`, or run this test with
+/// `DPREC_BLESS_OPENAPI=1`, which writes the file instead of comparing).
 #[test]
 fn committed_openapi_matches_code() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json");
+    if std::env::var_os("DPREC_BLESS_OPENAPI").is_some() {
+        std::fs::write(&path, dprec::api::openapi::spec_json()).expect("write openapi.json");
+    }
     let committed = std::fs::read_to_string(&path).expect("openapi/openapi.json exists");
     let generated = dprec::api::openapi::spec_json();
     assert!(
