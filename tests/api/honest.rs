@@ -6,8 +6,8 @@ use std::sync::Arc;
 use dprec::retrain::Hooks;
 use dprec::train::{self, Params, Trainer};
 
-use crate::both_backends;
 use crate::api::helpers::*;
+use crate::both_backends;
 
 /// Finding 3: a `gaussian-mf` release charges every rating it touches, also a rating
 /// with a small eps_ij (0.2): its audit shows the charge and `releases >= 1`, and once

@@ -8,9 +8,9 @@ use dprec::ldp::RatingPerturber;
 use dprec::retrain::Hooks;
 use serde_json::{json, Value};
 
-use crate::both_backends;
 use crate::api::fake::FakeDp;
 use crate::api::helpers::*;
+use crate::both_backends;
 
 /// Perturbed ratings in their JSON form, produced by the client library.
 fn perturbed(user: &str, items: &[(&str, f64)], eps: f64, seed: u64) -> Vec<Value> {

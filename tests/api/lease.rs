@@ -11,9 +11,9 @@ use dprec::rng::DpRng;
 use dprec::store::Store;
 use dprec::train::{Fitted, Guarantee, TrainData, TrainError, Trainer};
 
-use crate::both_backends;
 use crate::api::fake::FakeDp;
 use crate::api::helpers::*;
+use crate::both_backends;
 
 /// [`FakeDp`] whose fit takes `delay` (training longer than the lease).
 struct Slow {

@@ -7,9 +7,9 @@ use dprec::retrain::Hooks;
 use dprec::rng::seeded;
 use serde_json::{json, Value};
 
-use crate::both_backends;
 use crate::api::fake::FakeDp;
 use crate::api::helpers::*;
+use crate::both_backends;
 
 fn report_json(user: &str, r: &dprec::ldp::private_gd::Report) -> Value {
     json!({"user": user, "round": r.round, "rows": r.rows, "rank": r.rank,
