@@ -857,7 +857,7 @@ mod tests {
         let p = local_profile(&state, &ratings).unwrap();
         let reg = state.schedule.client.reg_user;
         // d/du: sum_j (pred_j - y_j) v_j + reg u = 0; d/db: sum_j (pred_j - y_j) + reg b = 0.
-        let mut gu = vec![0.0; 3];
+        let mut gu = [0.0; 3];
         let mut gb = 0.0;
         for &(j, r) in &ratings {
             let v = state.item_factors.row(j as usize);
@@ -869,13 +869,13 @@ mod tests {
                     .sum::<f64>();
             let e = pred - (r - 3.0);
             gb += e;
-            for l in 0..3 {
-                gu[l] += e * v[l];
+            for (g, vl) in gu.iter_mut().zip(v.iter()) {
+                *g += e * vl;
             }
         }
         assert!((gb + reg * p.bias).abs() < 1e-9);
-        for l in 0..3 {
-            assert!((gu[l] + reg * p.factors[l]).abs() < 1e-9);
+        for (g, f) in gu.iter().zip(&p.factors) {
+            assert!((g + reg * f).abs() < 1e-9);
         }
         assert!(local_profile(&state, &[(10, 3.0)]).is_err());
         assert!(local_profile(&state, &[(1, f64::NAN)]).is_err());

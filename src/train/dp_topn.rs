@@ -121,7 +121,7 @@ pub fn rating_eps(q: f64, z_r: f64, delta_r: f64) -> Result<f64, TrainError> {
 /// participation fits, else the largest `q` (bisection, 40 halvings) whose cost fits.
 /// Returns `(q, charged eps)`, with `charged <= budget`.
 pub fn rsm_rate(budget: f64, z_r: f64, delta_r: f64) -> Result<(f64, f64), TrainError> {
-    if !(budget > 0.0) {
+    if budget.is_nan() || budget <= 0.0 {
         return Ok((0.0, 0.0));
     }
     let full = rating_eps(1.0, z_r, delta_r)?;
@@ -174,7 +174,7 @@ pub fn sample_ratings(
         let src = m.by_user.row_source(u);
         for (&j, &pos) in items.iter().zip(src) {
             let b = budgets[pos as usize];
-            if !(b > 0.0) {
+            if b.is_nan() || b <= 0.0 {
                 continue;
             }
             offered_users[u] = true;
@@ -424,7 +424,7 @@ impl DpTopN {
             eps_r,
         };
         p.reject_unknown("dp-topn")?;
-        if !(t.count_share < 1.0) {
+        if t.count_share.is_nan() || t.count_share >= 1.0 {
             return Err(invalid("count_share", "must be in (0, 1)"));
         }
         if !(t.plan.delta_u < 1.0 && t.delta_r < 1.0) {

@@ -231,7 +231,7 @@ pub fn spd_inverse(a: &[f64], n: usize) -> Option<Vec<f64>> {
         for k in 0..j {
             s -= l[j * n + k] * l[j * n + k];
         }
-        if !(s > 0.0) || !s.is_finite() {
+        if !s.is_finite() || s <= 0.0 {
             return None;
         }
         let ljj = s.sqrt();
