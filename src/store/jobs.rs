@@ -128,7 +128,7 @@ impl Store {
              AND substr(holder, 1, $2) = $3",
         )
         .bind(holder)
-        .bind(prefix.chars().count() as i64)
+        .bind(prefix.chars().count() as i32)
         .bind(&prefix)
         .execute(&self.pool)
         .await?;

@@ -34,6 +34,12 @@ impl Trainer for Slow {
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
         self.inner.planned_user_event()
     }
+    fn user_level_event(&self, max_ratings: u64) -> Option<PrivacyEvent> {
+        self.inner.user_level_event(max_ratings)
+    }
+    fn rating_cap(&self) -> Option<f64> {
+        self.inner.rating_cap()
+    }
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         std::thread::sleep(self.delay);
         self.inner.fit(data, rng)
