@@ -133,21 +133,40 @@ where
     if plan.fits(&family(lo)?)? {
         return Ok(lo);
     }
+    bisect_fitting_end(plan, lo, hi, &family, true)
+}
+
+/// Bisection in log space between a non-fitting and a fitting end of `[lo, hi]`, to a
+/// relative width of `1e-9`; returns a value that fits. `fits_high`: the fitting end is
+/// `hi` (cost falls as `x` grows), else `lo`. Shared by [`calibrate_noise`] and
+/// [`calibrate_budget`], so the one search is written (and tested) once.
+fn bisect_fitting_end<F>(
+    plan: &LifetimePlan,
+    lo: f64,
+    hi: f64,
+    family: &F,
+    fits_high: bool,
+) -> Result<f64, AccountantError>
+where
+    F: Fn(f64) -> Result<RdpCurve, AccountantError>,
+{
     let (mut a, mut b) = (lo.ln(), hi.ln());
     while b - a > 1e-9 {
         let mid = 0.5 * (a + b);
-        if plan.fits(&family(mid.exp())?)? {
+        if plan.fits(&family(mid.exp())?)? == fits_high {
             b = mid;
         } else {
             a = mid;
         }
     }
-    let x = b.exp();
-    // exp(ln(x)) may round below the bracket's end; make sure the answer fits.
+    let x = if fits_high { b.exp() } else { a.exp() };
+    // exp(ln(x)) may round past the bracket's fitting end; make sure the answer fits.
     if plan.fits(&family(x)?)? {
         Ok(x)
-    } else {
+    } else if fits_high {
         Ok(x * (1.0 + 1e-9))
+    } else {
+        Ok(x * (1.0 - 1e-9))
     }
 }
 
@@ -179,21 +198,7 @@ where
     if plan.fits(&family(hi)?)? {
         return Ok(hi);
     }
-    let (mut a, mut b) = (lo.ln(), hi.ln());
-    while b - a > 1e-9 {
-        let mid = 0.5 * (a + b);
-        if plan.fits(&family(mid.exp())?)? {
-            a = mid;
-        } else {
-            b = mid;
-        }
-    }
-    let x = a.exp();
-    if plan.fits(&family(x)?)? {
-        Ok(x)
-    } else {
-        Ok(x * (1.0 - 1e-9))
-    }
+    bisect_fitting_end(plan, lo, hi, &family, false)
 }
 
 /// The Gaussian noise multiplier z such that `plan.releases` releases of `per_release`
