@@ -47,7 +47,7 @@ pub struct ReleaseConfig {
 impl ReleaseConfig {
     pub fn from_settings(s: &Settings) -> anyhow::Result<Self> {
         Ok(Self {
-            policy: s.share_policy()?,
+            policy: s.budget.share,
             scale: s.scale()?,
             min_release_eps: s.budget.min_release_eps,
             popularity_eps: s.budget.popularity_eps,
