@@ -185,6 +185,22 @@ pub struct UserBudget {
     pub consumed: RdpCurve,
 }
 
+impl UserBudget {
+    /// Whether the user's Renyi filter `(eps, delta)` admits `events` on top of what the
+    /// user has consumed.
+    pub fn admits(&self, events: &[PrivacyEvent]) -> Result<bool, AccountantError> {
+        RenyiFilter::with_default_orders(self.eps, self.delta)?
+            .admits(&self.consumed, &user_cost(events)?)
+    }
+
+    /// The user's consumed curve after charging `events`, or `None` when the user's
+    /// Renyi filter does not admit them (nothing is charged then).
+    pub fn charge(&self, events: &[PrivacyEvent]) -> Result<Option<RdpCurve>, AccountantError> {
+        RenyiFilter::with_default_orders(self.eps, self.delta)?
+            .try_charge(&self.consumed, &user_cost(events)?)
+    }
+}
+
 /// Why a rating or user takes no part in a release.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Exclusion {
@@ -284,10 +300,7 @@ pub fn plan(
         };
         // The same constant for every user: nothing about the user's ratings enters.
         let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
-        let verdict = RenyiFilter::with_default_orders(budget.eps, budget.delta)
-            .and_then(|f| f.admits(&budget.consumed, &user_cost(&events)?))
-            .map_err(|e| e.to_string());
-        match verdict {
+        match budget.admits(&events).map_err(|e| e.to_string()) {
             Ok(true) => out.admitted.extend(admitted),
             Ok(false) => {
                 out.users_excluded
