@@ -15,7 +15,7 @@ use dprec::train::Trainer;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use dprec::api::admin::Job;
+pub use dprec::api::admin::{CreatedKey, Job, KeyList};
 pub use dprec::api::models::{CurrentModel, ItemProfiles, ReleaseList};
 pub use dprec::api::recommend::{Recommendations, SimilarItems};
 pub use dprec::api::users::{Audit, UserSettings};
@@ -26,6 +26,10 @@ mod spec;
 pub const ADMIN: &str = "test-admin-key-0123456789";
 pub const WRITER: &str = "test-writer-key-0123456789";
 pub const READER: &str = "test-reader-key-0123456789";
+pub const PUBLIC: &str = "test-public-key-0123456789";
+
+/// The release noise seed of every test app (through [`Hooks::seed`], test-only).
+pub const TEST_SEED: u64 = 7;
 
 /// The PostgreSQL server the tests create their databases on (`DPREC_TEST_PG_URL`
 /// overrides; it must name a database the tests can connect to, e.g. `postgres`).
@@ -140,7 +144,8 @@ impl Drop for TestDb {
     }
 }
 
-/// Test settings: three keys, scheduler off, seeded noise, small limits.
+/// Test settings: three keys, scheduler off, small limits (the noise is seeded through
+/// [`Hooks::seed`] by [`TestApp::try_spawn`]: the configuration refuses `trainer.seed`).
 pub fn settings(url: &str) -> Settings {
     let mut s = Settings::default();
     s.server.bind = "127.0.0.1:0".into();
@@ -161,9 +166,12 @@ pub fn settings(url: &str) -> Settings {
             key: READER.into(),
             role: Role::Reader,
         },
+        ApiKey {
+            key: PUBLIC.into(),
+            role: Role::Public,
+        },
     ];
     s.scheduler.enabled = false;
-    s.trainer.seed = Some(7);
     s.budget.share = "fraction:0.4".into();
     s.budget.popularity_eps = 0.01;
     s
@@ -188,8 +196,9 @@ impl TestApp {
     pub async fn try_spawn(
         s: Settings,
         trainer: Option<Arc<dyn Trainer>>,
-        hooks: Hooks,
+        mut hooks: Hooks,
     ) -> anyhow::Result<TestApp> {
+        hooks.seed = hooks.seed.or(Some(TEST_SEED));
         let app = Application::build(s, trainer, hooks).await?;
         let base = format!("http://127.0.0.1:{}", app.port());
         let store = app.store.clone();
@@ -336,6 +345,23 @@ impl TestApp {
     /// `GET /v1/admin/jobs/{id}` (admin key).
     pub async fn job(&self, id: i64) -> Job {
         self.get_ok(&format!("/v1/admin/jobs/{id}"), ADMIN).await
+    }
+
+    /// `POST /v1/admin/keys` (admin key): a new key with `role`, bound to `user` for a
+    /// user token; panics unless 201.
+    pub async fn create_key(&self, role: &str, user: Option<&str>) -> CreatedKey {
+        let mut body = serde_json::json!({"role": role});
+        if let Some(u) = user {
+            body["user"] = serde_json::json!(u);
+        }
+        let req = self
+            .client
+            .post(self.url("/v1/admin/keys"))
+            .bearer_auth(ADMIN)
+            .json(&body);
+        let r = self.send(req).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        serde_json::from_str(&r.text).expect("a created key")
     }
 
     /// Ingests `(user, item, rating, eps)` tuples; panics unless 200.
