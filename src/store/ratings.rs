@@ -146,9 +146,13 @@ impl Store {
         budget_delta: f64,
     ) -> Result<bool, StoreError> {
         let now = now_ms();
+        // `default_eps` is bound as a number and a flag, never as a NULL: on PostgreSQL a
+        // statement cached with a NULL-typed parameter rejects a later f64 ("incorrect
+        // binary data format in bind parameter 2").
         let r = sqlx::query(
             "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, deleted, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
+             created_at, updated_at) \
+             VALUES ($1, CASE WHEN $7 = 1 THEN $2 ELSE NULL END, $3, $4, $5, 0, $6, $6) \
              ON CONFLICT (id) DO UPDATE SET default_eps = excluded.default_eps, \
              budget_eps = excluded.budget_eps, budget_delta = excluded.budget_delta, \
              updated_at = excluded.updated_at \
@@ -157,11 +161,12 @@ impl Store {
                 OR users.rdp_consumed = '' OR users.rdp_consumed = $5",
         )
         .bind(id)
-        .bind(default_eps)
+        .bind(default_eps.unwrap_or(0.0))
         .bind(budget_eps)
         .bind(budget_delta)
         .bind(curve_json(&RdpCurve::zeros_default()))
         .bind(now)
+        .bind(i64::from(default_eps.is_some()))
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() > 0)

@@ -401,6 +401,15 @@ impl TestApp {
         self.wait_job(job.id).await
     }
 
+    /// The stored row of a job's release, with the exact counts the API does not publish.
+    pub async fn stored_release(&self, job: &Job) -> dprec::store::ReleaseRow {
+        self.store
+            .release(job.release_id.expect("the job published a release"))
+            .await
+            .unwrap()
+            .expect("the release is stored")
+    }
+
     /// Polls a job until it is no longer `running`.
     pub async fn wait_job(&self, id: i64) -> Job {
         for _ in 0..600 {

@@ -190,12 +190,7 @@ async fn spend_never_exceeds_eps(url: &str) {
     let job = app.retrain().await;
     assert_eq!(job.status, "succeeded", "{job:?}");
     // The API publishes no exact counts; the store keeps them.
-    let rel = app
-        .store
-        .release(job.release_id.expect("a release"))
-        .await
-        .unwrap()
-        .expect("stored");
+    let rel = app.stored_release(&job).await;
     assert_eq!(rel.n_ratings, 1);
     assert_ledger_invariants(&app.store).await;
     app.stop().await;
