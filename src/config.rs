@@ -68,9 +68,18 @@ pub enum AuthMode {
     Disabled,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// Key roles, lowest first (DESIGN 6; the scopes are listed in `api::auth`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
+    /// The published DP model and the release list only.
+    Public,
+    /// A user token: bound to one user id (created with `POST /v1/admin/keys` or
+    /// `dprec keys create --role user --user ID`, never in the config file).
+    User,
+    /// Service reader: the curator's backend, which shows u's answers only to u.
     Reader,
     Writer,
     Admin,
@@ -102,7 +111,9 @@ pub struct TrainerSettings {
     /// Serve trainers whose guarantee is not `proven` (e.g. `baseline`); such releases are
     /// labelled "non-private" and charge nothing.
     pub allow_non_private: bool,
-    /// Seed for training noise (tests only); `None`: OS entropy.
+    /// Refused when set (issue 8 finding 8): a fixed seed replays the same noise in every
+    /// release, so two releases can be differenced. Seeds are for `dprec eval --seed` and
+    /// for tests (`release::Hooks::seed`). Kept as a key only to name it in the error.
     pub seed: Option<u64>,
 }
 
@@ -121,6 +132,11 @@ pub struct BudgetSettings {
     /// Per-user RDP budget (eps_u, delta_u) of new users.
     pub default_user_eps: f64,
     pub default_user_delta: f64,
+    /// Largest eps_u / delta_u a user's settings may hold (`PUT /v1/users/{user}/settings`
+    /// answers 422 above them). A budget may be lowered at any time but never raised once
+    /// the user has been charged (409).
+    pub max_user_eps: f64,
+    pub max_user_delta: f64,
     /// eps of the DP popularity counts of each release (charged to each counted rating),
     /// before the lifetime plan's calibration.
     pub popularity_eps: f64,
@@ -212,6 +228,8 @@ impl Default for BudgetSettings {
             min_release_eps: 0.001,
             default_user_eps: 10.0,
             default_user_delta: 1e-6,
+            max_user_eps: 10.0,
+            max_user_delta: 1e-5,
             popularity_eps: 0.05,
             planned_releases: crate::accountant::DEFAULT_PLANNED_RELEASES,
         }
@@ -292,6 +310,31 @@ impl Settings {
         if !(b.default_user_delta > 0.0 && b.default_user_delta < 1.0) {
             bail!("budget.default_user_delta must be in (0, 1)");
         }
+        pos("max_user_eps", b.max_user_eps)?;
+        if !(b.max_user_delta > 0.0 && b.max_user_delta < 1.0) {
+            bail!("budget.max_user_delta must be in (0, 1)");
+        }
+        if b.default_user_eps > b.max_user_eps {
+            bail!(
+                "budget.default_user_eps ({}) exceeds budget.max_user_eps ({})",
+                b.default_user_eps,
+                b.max_user_eps
+            );
+        }
+        if b.default_user_delta > b.max_user_delta {
+            bail!(
+                "budget.default_user_delta ({}) exceeds budget.max_user_delta ({})",
+                b.default_user_delta,
+                b.max_user_delta
+            );
+        }
+        if let Some(seed) = self.trainer.seed {
+            bail!(
+                "trainer.seed = {seed} is refused: a fixed seed replays the same noise in every \
+                 release, so releases could be differenced (seeds are for `dprec eval --seed` \
+                 and tests); remove trainer.seed"
+            );
+        }
         if self.server.max_batch == 0 || self.server.max_body_bytes < 1024 {
             bail!("server.max_batch must be >= 1 and server.max_body_bytes >= 1024");
         }
@@ -309,6 +352,12 @@ impl Settings {
         for k in &self.auth.keys {
             if k.key.len() < 16 {
                 bail!("auth.keys: every key must be at least 16 characters");
+            }
+            if k.role == Role::User {
+                bail!(
+                    "auth.keys: role \"user\" is a token bound to one user; create it with \
+                     `dprec keys create --role user --user ID` or POST /v1/admin/keys"
+                );
             }
         }
         Ok(())
@@ -570,5 +619,39 @@ mod tests {
         s.budget.default_user_delta = 1.0;
         assert!(s.validate().is_err());
         assert!(Settings::default().validate().is_ok());
+    }
+
+    /// Issue 8 finding 8: a configured trainer.seed is refused with an error naming the
+    /// key (it used to be accepted and replayed the same noise in every release).
+    #[test]
+    fn trainer_seed_is_refused() {
+        let t: toml::Table = "[trainer]\nseed = 7\n".parse().unwrap();
+        let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
+        assert!(format!("{e:#}").contains("trainer.seed"), "{e:#}");
+        let vars = [("DPREC_TRAINER__SEED".to_string(), "7".to_string())].into_iter();
+        let e = Settings::from_tree_and_env(toml::Table::new(), vars).unwrap_err();
+        assert!(format!("{e:#}").contains("DPREC_TRAINER__SEED"), "{e:#}");
+    }
+
+    /// Issue 8 finding 9: the bounds on user budgets are validated at load.
+    #[test]
+    fn user_budget_bounds_are_validated() {
+        let mut s = Settings::default();
+        s.budget.max_user_eps = 5.0;
+        let e = s.validate().unwrap_err();
+        assert!(format!("{e:#}").contains("budget.max_user_eps"), "{e:#}");
+        let mut s = Settings::default();
+        s.budget.max_user_delta = 1e-7;
+        let e = s.validate().unwrap_err();
+        assert!(format!("{e:#}").contains("budget.max_user_delta"), "{e:#}");
+        let mut s = Settings::default();
+        s.budget.max_user_delta = 1.0;
+        assert!(s.validate().is_err());
+        let mut s = Settings::default();
+        s.auth.keys.push(ApiKey {
+            key: "a-user-token-in-the-file".into(),
+            role: Role::User,
+        });
+        assert!(format!("{:#}", s.validate().unwrap_err()).contains("--role user"));
     }
 }

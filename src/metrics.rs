@@ -1,4 +1,8 @@
 //! Prometheus metrics of the service (names documented in docs/METRICS.md).
+//!
+//! Two registries (issue 8 finding 1, DESIGN 6): process and HTTP metrics are public;
+//! anything that counts data (ratings ingested, training outcomes and durations, budget
+//! spent, ratings exhausted, users excluded) is rendered only for an admin key.
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -6,7 +10,10 @@ use prometheus::{
 };
 
 pub struct Metrics {
+    /// Process and HTTP metrics (no key needed).
     pub registry: Registry,
+    /// Data-dependent metrics (admin key only).
+    pub data_registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
     pub ratings_ingested: IntCounter,
@@ -90,23 +97,31 @@ impl Metrics {
         .expect("metric");
         let store_errors =
             IntCounter::new("dprec_store_errors_total", "Database errors").expect("metric");
+        // The release id and publication time are public (the release list is); so are
+        // store errors and HTTP traffic.
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
-            Box::new(ratings_ingested.clone()),
-            Box::new(training_runs.clone()),
-            Box::new(training_duration.clone()),
             Box::new(model_version.clone()),
             Box::new(model_published_at.clone()),
-            Box::new(budget_spent.clone()),
-            Box::new(ratings_exhausted.clone()),
-            Box::new(users_excluded.clone()),
             Box::new(store_errors.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
+        let data_registry = Registry::new();
+        for c in [
+            Box::new(ratings_ingested.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(training_runs.clone()),
+            Box::new(training_duration.clone()),
+            Box::new(budget_spent.clone()),
+            Box::new(ratings_exhausted.clone()),
+            Box::new(users_excluded.clone()),
+        ] {
+            data_registry.register(c).expect("unique metric names");
+        }
         Self {
             registry,
+            data_registry,
             http_requests,
             http_duration,
             ratings_ingested,
@@ -121,11 +136,16 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format.
-    pub fn render(&self) -> String {
+    /// The text exposition format: the public metrics, and with `with_data` (an admin
+    /// key) the data-dependent ones too.
+    pub fn render(&self, with_data: bool) -> String {
+        let mut families = self.registry.gather();
+        if with_data {
+            families.extend(self.data_registry.gather());
+        }
         let mut buf = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
+            .encode(&families, &mut buf)
             .expect("encoding metrics");
         String::from_utf8(buf).unwrap_or_default()
     }
@@ -134,5 +154,37 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Data-dependent metrics are rendered only on request (admin key).
+    #[test]
+    fn data_metrics_only_with_data() {
+        let m = Metrics::new();
+        m.ratings_ingested.inc();
+        m.users_excluded.set(3);
+        m.training_runs.with_label_values(&["succeeded"]).inc();
+        m.http_requests
+            .with_label_values(&["GET", "/x", "200"])
+            .inc();
+        let public = m.render(false);
+        let full = m.render(true);
+        for name in [
+            "dprec_ratings_ingested_total",
+            "dprec_training_runs_total",
+            "dprec_training_duration_seconds",
+            "dprec_budget_spent_eps_total",
+            "dprec_ratings_exhausted",
+            "dprec_users_excluded",
+        ] {
+            assert!(!public.contains(name), "{name} is public: {public}");
+            assert!(full.contains(name), "{name} missing: {full}");
+        }
+        assert!(public.contains("dprec_model_release_id"));
+        assert!(full.contains("dprec_users_excluded 3"));
     }
 }

@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use futures_util::future::Either;
 
 use crate::api::{self, auth, ApiError, AppState};
-use crate::config::{AuthMode, Role, Settings};
+use crate::config::{AuthMode, Settings};
 use crate::metrics::Metrics;
 use crate::release::{Hooks, Retrainer};
 use crate::serve::Registry;
@@ -76,40 +76,33 @@ async fn load_keys(
     settings: &Settings,
     store: &Store,
 ) -> anyhow::Result<(auth::Keys, Option<String>)> {
-    let configured: Vec<(String, Role)> = settings
+    let configured: Vec<(String, auth::Grant)> = settings
         .auth
         .keys
         .iter()
-        .map(|k| (auth::hash_key(&k.key), k.role))
+        .map(|k| (auth::hash_key(&k.key), auth::Grant::role(k.role)))
         .collect();
     let mut bootstrap_key = None;
     let mut stored = Vec::new();
     if settings.auth.mode == AuthMode::Keys {
         if settings.auth.keys.is_empty() && store.api_key_count().await? == 0 {
             let key = auth::generate_key();
-            store.insert_api_key(&auth::hash_key(&key), "admin").await?;
+            store
+                .insert_api_key(&auth::hash_key(&key), "admin", None)
+                .await?;
             eprintln!(
                 "\n=== dprec: first start, no API keys configured ===\n\
                  generated admin API key (shown once, only its SHA-256 is stored):\n\n    {key}\n\n\
                  use it as `Authorization: Bearer <key>`; `dprec keys create --role ROLE` makes more\n\
-                 (and replaces a lost one), `dprec keys list` / `dprec keys revoke ID` manage them\n"
+                 (and replaces a lost one), `dprec keys list` / `dprec keys revoke ID` manage them;\n\
+                 POST /v1/admin/keys does the same over HTTP (roles: admin, writer, reader, user, public)\n"
             );
             bootstrap_key = Some(key);
         }
-        stored = stored_keys(store).await?;
+        stored = auth::stored_grants(store).await?;
     }
     let keys = auth::Keys::new(settings.auth.mode, configured, stored);
     Ok((keys, bootstrap_key))
-}
-
-/// The keys stored in the database (created by the first start or `dprec keys`).
-async fn stored_keys(store: &Store) -> anyhow::Result<Vec<(String, Role)>> {
-    Ok(store
-        .api_keys()
-        .await?
-        .into_iter()
-        .filter_map(|(h, role)| auth::parse_role(&role).map(|r| (h, r)))
-        .collect())
 }
 
 /// Re-reads the stored keys every `every`, so `dprec keys create/revoke` reach a running
@@ -117,9 +110,8 @@ async fn stored_keys(store: &Store) -> anyhow::Result<Vec<(String, Role)>> {
 async fn reload_keys(store: Store, keys: auth::Keys, every: std::time::Duration) {
     loop {
         tokio::time::sleep(every).await;
-        match stored_keys(&store).await {
-            Ok(k) => keys.set_stored(k),
-            Err(e) => log::warn!("reloading API keys: {e:#}"),
+        if let Err(e) = keys.reload(&store).await {
+            log::warn!("reloading API keys: {e:#}");
         }
     }
 }

@@ -56,6 +56,35 @@ fn keys_create_list_revoke() {
     assert!(err.contains("hex digits"), "{err}");
 }
 
+/// `dprec keys create --role user --user ID` makes a user token bound to that user (the
+/// same key table as `POST /v1/admin/keys`); a user token needs its user, other roles
+/// take none.
+#[test]
+fn keys_create_user_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("dprec.sqlite").display());
+    let env = [("DATABASE_URL", url.as_str())];
+    let (code, key, err) = dprec(&["keys", "create", "--role", "user", "--user", "u42"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("u42"), "{err}");
+    let id = dprec::cli::keys::key_id(&dprec::api::auth::hash_key(key.trim())).to_string();
+    let (code, _, err) = dprec(&["keys", "create", "--role", "public"], &env);
+    assert_eq!(code, 0, "{err}");
+    let (_, list, _) = dprec(&["keys", "list"], &env);
+    let line = list.lines().find(|l| l.starts_with(&id)).expect("listed");
+    assert!(line.contains("user") && line.contains("u42"), "{list}");
+    assert!(list.lines().any(|l| l.contains("public")), "{list}");
+    let (code, _, err) = dprec(&["keys", "create", "--role", "user"], &env);
+    assert_ne!(code, 0);
+    assert!(err.contains("needs the user"), "{err}");
+    let (code, _, err) = dprec(
+        &["keys", "create", "--role", "reader", "--user", "u42"],
+        &env,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("takes no user"), "{err}");
+}
+
 #[test]
 fn first_errors_say_what_to_do() {
     let dir = tempfile::tempdir().unwrap();

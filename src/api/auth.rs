@@ -1,5 +1,20 @@
-//! API keys with roles (admin > writer > reader). Keys are compared by SHA-256 digest.
-//! `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
+//! Scoped API keys (DESIGN 6). `Authorization: Bearer KEY` or `X-Api-Key: KEY`; keys are
+//! compared by SHA-256 digest.
+//!
+//! | role     | may call                                                                    |
+//! |----------|-----------------------------------------------------------------------------|
+//! | `public` | the published DP model and the release list (`/v1/models*`, similar items)  |
+//! | `user`   | the above, and its OWN user's recommendations, budget audit, settings and   |
+//! |          | published profile (a token is bound to one user id; 403 for any other user) |
+//! | `reader` | service reader (the curator's backend): every read, for every user          |
+//! | `writer` | reader, plus ingestion, deletion and settings                               |
+//! | `admin`  | everything, including retrains, jobs and key management                     |
+//!
+//! Roles are ordered public < user < reader < writer < admin; a route names the lowest
+//! role it accepts ([`AnyKey`], [`UserKey`], [`ReaderKey`], [`WriterKey`], [`AdminKey`]).
+//! A route about one user that a user token may call takes [`UserKey`] and asks
+//! [`Grant::for_user`] before it looks anything up, so the 403 does not depend on whether
+//! the other user exists.
 
 use std::collections::HashMap;
 use std::future::{ready, Ready};
@@ -11,15 +26,62 @@ use sha2::{Digest, Sha256};
 use super::problem::ApiError;
 use super::AppState;
 use crate::config::{AuthMode, Role};
+use crate::store::{Store, StoreError};
+
+/// What a key grants: its role and, for a user token, the user it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub role: Role,
+    /// `Some` exactly for `Role::User`.
+    pub user: Option<String>,
+}
+
+impl Grant {
+    pub fn role(role: Role) -> Self {
+        Self { role, user: None }
+    }
+
+    /// A user token bound to `user`.
+    pub fn user_token(user: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            user: Some(user.into()),
+        }
+    }
+
+    /// Whether the key may read `user`'s own data: a service reader (or higher), or a
+    /// user token bound to `user`.
+    pub fn may_read_user(&self, user: &str) -> bool {
+        self.role >= Role::Reader || self.is_token_of(user)
+    }
+
+    /// Whether this is a user token bound to `user`.
+    pub fn is_token_of(&self, user: &str) -> bool {
+        self.role == Role::User && self.user.as_deref() == Some(user)
+    }
+
+    /// `Ok` when the key may read `user`'s data, else 403.
+    pub fn for_user(&self, user: &str) -> Result<(), ApiError> {
+        if self.may_read_user(user) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "this key may not read or change user {user:?} (a user token reaches its own \
+                 user only; a public key reaches no user)"
+            )))
+        }
+    }
+}
 
 /// The key table the server checks against: the configured keys (fixed for the life of
 /// the process) and the keys stored in the database (replaced by [`Keys::set_stored`]
-/// when the server reloads them, so `dprec keys create/revoke` reach a running server).
+/// when the server reloads them, so `dprec keys create/revoke` and `/v1/admin/keys` reach
+/// a running server).
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub mode: AuthMode,
-    configured: HashMap<String, Role>,
-    stored: Arc<RwLock<HashMap<String, Role>>>,
+    configured: HashMap<String, Grant>,
+    stored: Arc<RwLock<HashMap<String, Grant>>>,
 }
 
 pub fn hash_key(key: &str) -> String {
@@ -36,21 +98,56 @@ pub fn generate_key() -> String {
     )
 }
 
+/// The stored and JSON name of a role.
+pub fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Public => "public",
+        Role::User => "user",
+        Role::Reader => "reader",
+        Role::Writer => "writer",
+        Role::Admin => "admin",
+    }
+}
+
 pub fn parse_role(s: &str) -> Option<Role> {
     match s {
         "admin" => Some(Role::Admin),
         "writer" => Some(Role::Writer),
         "reader" => Some(Role::Reader),
+        "user" => Some(Role::User),
+        "public" => Some(Role::Public),
         _ => None,
     }
 }
 
+/// A stored key row as a grant: `None` for an unknown role, or a user token without its
+/// user (or another role with one), which then grants nothing.
+pub fn grant_of(role: &str, user: Option<String>) -> Option<Grant> {
+    let role = parse_role(role)?;
+    match (role, user) {
+        (Role::User, Some(u)) => Some(Grant::user_token(u)),
+        (Role::User, None) | (_, Some(_)) => None,
+        (r, None) => Some(Grant::role(r)),
+    }
+}
+
+/// The keys stored in the database (created by the first start, `dprec keys` or
+/// `/v1/admin/keys`) as (SHA-256, grant).
+pub async fn stored_grants(store: &Store) -> Result<Vec<(String, Grant)>, StoreError> {
+    Ok(store
+        .api_key_rows()
+        .await?
+        .into_iter()
+        .filter_map(|k| grant_of(&k.role, k.user).map(|g| (k.hash, g)))
+        .collect())
+}
+
 impl Keys {
-    /// `configured` and `stored`: (SHA-256 hex of the key, role).
+    /// `configured` and `stored`: (SHA-256 hex of the key, grant).
     pub fn new(
         mode: AuthMode,
-        configured: impl IntoIterator<Item = (String, Role)>,
-        stored: impl IntoIterator<Item = (String, Role)>,
+        configured: impl IntoIterator<Item = (String, Grant)>,
+        stored: impl IntoIterator<Item = (String, Grant)>,
     ) -> Self {
         Self {
             mode,
@@ -60,29 +157,31 @@ impl Keys {
     }
 
     /// Replaces the stored keys (e.g. after `dprec keys revoke`).
-    pub fn set_stored(&self, stored: impl IntoIterator<Item = (String, Role)>) {
-        let fresh: HashMap<String, Role> = stored.into_iter().collect();
+    pub fn set_stored(&self, stored: impl IntoIterator<Item = (String, Grant)>) {
+        let fresh: HashMap<String, Grant> = stored.into_iter().collect();
         *self.stored.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
-    fn role_of(&self, hash: &str) -> Option<Role> {
-        self.configured.get(hash).copied().or_else(|| {
+    /// Re-reads the stored keys now (after a key is created or revoked through the API).
+    pub async fn reload(&self, store: &Store) -> Result<(), StoreError> {
+        self.set_stored(stored_grants(store).await?);
+        Ok(())
+    }
+
+    fn grant_of(&self, hash: &str) -> Option<Grant> {
+        self.configured.get(hash).cloned().or_else(|| {
             self.stored
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(hash)
-                .copied()
+                .cloned()
         })
     }
 
-    /// The role granted to the request, or the error to answer with.
-    pub fn check(&self, req: &HttpRequest, need: Role) -> Result<Role, ApiError> {
-        if self.mode == AuthMode::Disabled {
-            return Ok(Role::Admin);
-        }
+    /// The key of the request, if any.
+    fn presented(req: &HttpRequest) -> Option<String> {
         let h = req.headers();
-        let key = h
-            .get("x-api-key")
+        h.get("x-api-key")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
             .or_else(|| {
@@ -90,28 +189,119 @@ impl Keys {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.strip_prefix("Bearer "))
                     .map(|s| s.trim().to_string())
-            });
-        let Some(key) = key else {
+            })
+    }
+
+    /// The grant of the request's key when its role is at least `need`, or the error to
+    /// answer with.
+    pub fn check(&self, req: &HttpRequest, need: Role) -> Result<Grant, ApiError> {
+        if self.mode == AuthMode::Disabled {
+            return Ok(Grant::role(Role::Admin));
+        }
+        let Some(key) = Self::presented(req) else {
             return Err(ApiError::unauthorized(
                 "an API key is required (Authorization: Bearer KEY or X-Api-Key)",
             ));
         };
-        let Some(role) = self.role_of(&hash_key(&key)) else {
+        let Some(grant) = self.grant_of(&hash_key(&key)) else {
             return Err(ApiError::unauthorized("unknown API key"));
         };
-        if role < need {
+        if grant.role < need {
             return Err(ApiError::forbidden(format!(
-                "this operation needs the {need:?} role; the key has {role:?}"
+                "this operation needs the {} role or higher (public < user < reader < writer \
+                 < admin); the key has {}",
+                role_name(need),
+                role_name(grant.role)
             )));
         }
-        Ok(role)
+        Ok(grant)
+    }
+
+    /// Whether the request carries an admin key (or authentication is disabled); used
+    /// where an unauthenticated caller gets a reduced answer instead of an error.
+    pub fn is_admin(&self, req: &HttpRequest) -> bool {
+        self.check(req, Role::Admin).is_ok()
     }
 }
 
+/// Which keys each authenticated operation accepts (path pattern, lower-case method,
+/// keys), written into the OpenAPI description of the operation; a test checks that
+/// every operation with a security requirement is listed.
+pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
+    ("/v1/ratings", "post", "writer, admin"),
+    ("/v1/users/{user}/ratings/{item}", "delete", "writer, admin"),
+    ("/v1/users/{user}", "delete", "writer, admin"),
+    (
+        "/v1/users/{user}/settings",
+        "get",
+        "that user's `user` token, reader, writer, admin (403 for a public key or another \
+         user's token)",
+    ),
+    (
+        "/v1/users/{user}/settings",
+        "put",
+        "that user's `user` token, writer, admin (403 for a public key, a reader or another \
+         user's token)",
+    ),
+    (
+        "/v1/users/{user}/budget",
+        "get",
+        "that user's `user` token, reader, writer, admin (403 for a public key or another \
+         user's token)",
+    ),
+    (
+        "/v1/users/{user}/recommendations",
+        "get",
+        "that user's `user` token, reader, writer, admin (403 for a public key or another \
+         user's token)",
+    ),
+    (
+        "/v1/items/{item}/similar",
+        "get",
+        "any key: public, user, reader, writer, admin",
+    ),
+    (
+        "/v1/models",
+        "get",
+        "any key: public, user, reader, writer, admin",
+    ),
+    (
+        "/v1/models/current",
+        "get",
+        "any key: public, user, reader, writer, admin",
+    ),
+    (
+        "/v1/models/current/items",
+        "get",
+        "any key: public, user, reader, writer, admin",
+    ),
+    (
+        "/v1/models/current/users/{user}",
+        "get",
+        "that user's `user` token, reader, writer, admin (403 for a public key or another \
+         user's token)",
+    ),
+    ("/v1/admin/retrain", "post", "admin"),
+    ("/v1/admin/jobs/{id}", "get", "admin"),
+    ("/v1/admin/keys", "get", "admin"),
+    ("/v1/admin/keys", "post", "admin"),
+    ("/v1/admin/keys/{id}", "delete", "admin"),
+    ("/v1/private-gd/reports", "post", "writer, admin"),
+    ("/v1/admin/private-gd/rounds", "post", "admin"),
+];
+
+/// The keys an operation accepts, from [`ROUTE_SCOPES`].
+pub fn route_scope(path: &str, method: &str) -> Option<&'static str> {
+    ROUTE_SCOPES
+        .iter()
+        .find(|(p, m, _)| *p == path && *m == method)
+        .map(|(_, _, k)| *k)
+}
+
 macro_rules! role_extractor {
-    ($name:ident, $role:expr) => {
-        /// Request guard: the caller holds at least this role.
-        pub struct $name;
+    ($(#[$doc:meta])* $name:ident, $role:expr) => {
+        $(#[$doc])*
+        pub struct $name(pub Grant);
 
         impl FromRequest for $name {
             type Error = ApiError;
@@ -119,7 +309,7 @@ macro_rules! role_extractor {
 
             fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
                 let r = match req.app_data::<web::Data<AppState>>() {
-                    Some(state) => state.keys.check(req, $role).map(|_| $name),
+                    Some(state) => state.keys.check(req, $role).map($name),
                     None => Err(ApiError::internal("application state missing")),
                 };
                 ready(r)
@@ -128,6 +318,64 @@ macro_rules! role_extractor {
     };
 }
 
-role_extractor!(ReaderKey, Role::Reader);
-role_extractor!(WriterKey, Role::Writer);
-role_extractor!(AdminKey, Role::Admin);
+role_extractor!(
+    /// Request guard: any valid key (public and above): the published DP model only.
+    AnyKey,
+    Role::Public
+);
+role_extractor!(
+    /// Request guard: a user token or a service key; the handler must call
+    /// [`Grant::for_user`] (`auth.0.for_user(user)?`) before reading the user's data.
+    UserKey,
+    Role::User
+);
+role_extractor!(
+    /// Request guard: a service reader or higher.
+    ReaderKey,
+    Role::Reader
+);
+role_extractor!(
+    /// Request guard: a writer or admin.
+    WriterKey,
+    Role::Writer
+);
+role_extractor!(
+    /// Request guard: an admin key.
+    AdminKey,
+    Role::Admin
+);
+
+impl UserKey {
+    /// `Ok` when the key may read `user`'s data (see [`Grant::for_user`]).
+    pub fn for_user(&self, user: &str) -> Result<(), ApiError> {
+        self.0.for_user(user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_and_scopes() {
+        let t = Grant::user_token("u");
+        assert!(t.may_read_user("u"));
+        assert!(!t.may_read_user("v"));
+        assert!(!Grant::role(Role::Public).may_read_user("u"));
+        assert!(Grant::role(Role::Reader).may_read_user("v"));
+        assert!(Role::Public < Role::User && Role::User < Role::Reader);
+        assert_eq!(grant_of("user", Some("u".into())), Some(t));
+        assert_eq!(grant_of("user", None), None);
+        assert_eq!(grant_of("reader", Some("u".into())), None);
+        assert_eq!(grant_of("root", None), None);
+        for r in [
+            Role::Public,
+            Role::User,
+            Role::Reader,
+            Role::Writer,
+            Role::Admin,
+        ] {
+            assert_eq!(parse_role(role_name(r)), Some(r));
+        }
+    }
+}

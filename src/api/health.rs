@@ -1,6 +1,6 @@
 //! Probes, metrics, the OpenAPI document and the offline docs page.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -52,12 +52,16 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     }))
 }
 
-/// Prometheus metrics (text format; names in docs/METRICS.md).
-#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// Prometheus metrics (text format; names in docs/METRICS.md). Without a key, or with a
+/// key below admin: process and HTTP metrics only. With an admin key: also the
+/// data-dependent ones (ratings ingested, training runs, budget spent, ratings
+/// exhausted, users excluded), which count raw data (issue 8 finding 1).
+#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics",
+    responses((status = 200, description = "Prometheus text format (the data-dependent metrics only for an admin key)", content_type = "text/plain")))]
+pub async fn metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(state.metrics.render(state.keys.is_admin(&req)))
 }
 
 /// This document.

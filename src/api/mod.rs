@@ -180,6 +180,8 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/models/current/users/{user}", "GET, HEAD"),
     ("/v1/admin/retrain", "POST"),
     ("/v1/admin/jobs/{id}", "GET, HEAD"),
+    ("/v1/admin/keys", "GET, HEAD, POST"),
+    ("/v1/admin/keys/{id}", "DELETE"),
     ("/v1/private-gd/round", "GET, HEAD"),
     ("/v1/private-gd/reports", "POST"),
     ("/v1/admin/private-gd/rounds", "POST"),
@@ -243,6 +245,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 )
                 .service(web::resource("/admin/retrain").post(admin::retrain))
                 .service(web::resource("/admin/jobs/{id}").route(get().to(admin::job)))
+                .service(
+                    web::resource("/admin/keys")
+                        .route(get().to(admin::list_keys))
+                        .post(admin::create_key),
+                )
+                .service(web::resource("/admin/keys/{id}").delete(admin::revoke_key))
                 .service(web::resource("/private-gd/round").route(get().to(private_gd::round)))
                 .service(web::resource("/private-gd/reports").post(private_gd::report))
                 .service(web::resource("/admin/private-gd/rounds").post(private_gd::advance)),

@@ -1,12 +1,74 @@
 //! Releases and downloads of the published DP profiles.
+//!
+//! Scopes (DESIGN 6): the release list, the current release, the item profiles and
+//! similar items are the published DP model (any key, `public` included); a user's
+//! profile is that user's (its user token, or a service reader). No answer here carries
+//! an exact count of the data (issue 8 finding 1): the stored `n_ratings`, `n_users` and
+//! `n_items` of a release stay in the store, and [`public_mechanisms`] drops count
+//! fields from the mechanism records.
 
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::ReaderKey;
+use super::auth::{AnyKey, UserKey};
 use super::{path_id, ApiError, AppState, Page};
 use crate::store::ReleaseRow;
+use crate::train::charges::{Neighbour, PrivacyUnit};
+use crate::train::Guarantee;
+
+/// Keys of a mechanism's parameters that would count the data (exact counts are private
+/// under add/remove). Dropped, at any depth, from every mechanism record the API returns.
+pub const DATA_COUNT_KEYS: &[&str] = &[
+    "offered",
+    "sampled",
+    "n_ratings",
+    "n_users",
+    "n_items",
+    "ratings_exhausted",
+    "users_excluded",
+];
+
+/// Parameters as the API shows them: without data counts ([`DATA_COUNT_KEYS`]).
+pub fn public_params(mut v: serde_json::Value) -> serde_json::Value {
+    strip_counts(&mut v);
+    v
+}
+
+fn strip_counts(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.retain(|k, _| !DATA_COUNT_KEYS.contains(&k.as_str()));
+            m.values_mut().for_each(strip_counts);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_counts),
+        _ => {}
+    }
+}
+
+/// One mechanism a release ran: public parameters, the unit it protects and the
+/// neighbour relation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MechanismView {
+    pub name: String,
+    /// Parameters (configuration, plan, noise scales), without data counts.
+    #[schema(value_type = Object)]
+    pub params: serde_json::Value,
+    #[serde(default)]
+    pub unit: PrivacyUnit,
+    #[serde(default)]
+    pub neighbour: Neighbour,
+}
+
+/// The stored mechanism records as the API shows them: typed, without data counts.
+pub fn public_mechanisms(stored: &serde_json::Value) -> Result<Vec<MechanismView>, ApiError> {
+    let mut v: Vec<MechanismView> = serde_json::from_value(stored.clone())
+        .map_err(|e| ApiError::internal(format!("stored mechanism records: {e}")))?;
+    for m in &mut v {
+        strip_counts(&mut m.params);
+    }
+    Ok(v)
+}
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Release {
@@ -14,34 +76,30 @@ pub struct Release {
     pub trainer: String,
     #[schema(value_type = Object)]
     pub params: serde_json::Value,
-    /// `proven` or `non-private`.
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     /// Mechanisms with parameters, unit and neighbour relation (one object each).
-    #[schema(value_type = Vec<Object>)]
-    pub mechanisms: serde_json::Value,
+    pub mechanisms: Vec<MechanismView>,
     pub popularity_eps: f64,
-    pub n_ratings: i64,
-    pub n_users: i64,
-    pub n_items: i64,
     pub job_id: Option<i64>,
     pub created_at: i64,
 }
 
-impl From<ReleaseRow> for Release {
-    fn from(r: ReleaseRow) -> Self {
-        Self {
+impl TryFrom<ReleaseRow> for Release {
+    type Error = ApiError;
+
+    fn try_from(r: ReleaseRow) -> Result<Self, ApiError> {
+        let mut params = r.params;
+        strip_counts(&mut params);
+        Ok(Self {
             id: r.id,
             trainer: r.trainer,
-            params: r.params,
-            guarantee: r.guarantee.to_string(),
-            mechanisms: r.mechanisms,
+            params,
+            guarantee: r.guarantee,
+            mechanisms: public_mechanisms(&r.mechanisms)?,
             popularity_eps: r.popularity_eps,
-            n_ratings: r.n_ratings,
-            n_users: r.n_users,
-            n_items: r.n_items,
             job_id: r.job_id,
             created_at: r.created_at,
-        }
+        })
     }
 }
 
@@ -56,7 +114,7 @@ pub struct ReleaseList {
 #[utoipa::path(get, path = "/v1/models", tag = "models", operation_id = "list_models", params(Page),
     responses((status = 200, body = ReleaseList)), security(("api_key" = [])))]
 pub async fn list(
-    _auth: ReaderKey,
+    _auth: AnyKey,
     state: web::Data<AppState>,
     page: web::Query<Page>,
 ) -> Result<HttpResponse, ApiError> {
@@ -65,7 +123,10 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(ReleaseList {
         limit,
         offset,
-        releases: releases.into_iter().map(Release::from).collect(),
+        releases: releases
+            .into_iter()
+            .map(Release::try_from)
+            .collect::<Result<_, _>>()?,
     }))
 }
 
@@ -81,10 +142,7 @@ pub struct CurrentModel {
     responses((status = 200, body = CurrentModel),
         (status = 404, description = "Nothing published yet", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
-pub async fn current(
-    _auth: ReaderKey,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn current(_auth: AnyKey, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let p = state
         .registry
         .current()
@@ -96,7 +154,7 @@ pub async fn current(
         .ok_or_else(|| ApiError::internal("served release missing from the store"))?;
     Ok(HttpResponse::Ok().json(CurrentModel {
         age_seconds: (crate::store::now_ms() - r.created_at) as f64 / 1000.0,
-        release: r.into(),
+        release: r.try_into()?,
     }))
 }
 
@@ -112,7 +170,7 @@ pub struct ItemProfile {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ItemProfiles {
     pub model_version: i64,
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     pub global_mean: f64,
     pub rank: usize,
     pub items: Vec<ItemProfile>,
@@ -122,7 +180,7 @@ pub struct ItemProfiles {
 #[utoipa::path(get, path = "/v1/models/current/items", tag = "models",
     responses((status = 200, body = ItemProfiles)), security(("api_key" = [])))]
 pub async fn item_profiles(
-    _auth: ReaderKey,
+    _auth: AnyKey,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let p = state
@@ -147,7 +205,7 @@ pub async fn item_profiles(
         .collect();
     Ok(HttpResponse::Ok().json(ItemProfiles {
         model_version: p.release_id,
-        guarantee: p.guarantee.to_string(),
+        guarantee: p.guarantee,
         global_mean: m.global_mean,
         rank: m.rank(),
         items,
@@ -158,30 +216,38 @@ pub async fn item_profiles(
 pub struct UserProfile {
     pub user: String,
     pub model_version: i64,
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     pub bias: f64,
     pub factors: Vec<f64>,
 }
 
-/// Download one user's published DP profile.
+/// Download one user's published DP profile. A deleted user has none (404), from the
+/// moment of deletion.
 #[utoipa::path(get, path = "/v1/models/current/users/{user}", tag = "models",
     params(("user" = String, Path)),
     responses((status = 200, body = UserProfile),
-        (status = 404, description = "No profile for this user", body = super::Problem, content_type = "application/problem+json")),
+        (status = 404, description = "No profile for this user (none published, or the user is deleted)", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn user_profile(
-    _auth: ReaderKey,
+    auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
+    auth.for_user(user.as_str())?;
     let p = state
         .registry
         .current()
         .ok_or_else(|| ApiError::not_found("no model has been published yet"))?;
+    // The served release predates a deletion: the deleted user's profile is gone at once.
+    let deleted = state
+        .store
+        .user(user.as_str())
+        .await?
+        .is_some_and(|u| u.deleted);
     let u = p
         .user_index(user.as_str())
-        .filter(|_| p.has_profile(user.as_str()))
+        .filter(|_| !deleted && p.has_profile(user.as_str()))
         .ok_or_else(|| {
             ApiError::not_found(format!(
                 "user {:?} has no profile in release {}",
@@ -193,7 +259,7 @@ pub async fn user_profile(
     Ok(HttpResponse::Ok().json(UserProfile {
         user: user.into_string(),
         model_version: p.release_id,
-        guarantee: p.guarantee.to_string(),
+        guarantee: p.guarantee,
         bias: m.user_bias.get(u).copied().unwrap_or(0.0),
         factors: if u < m.user_factors.nrows() {
             m.user_factors.row(u).to_vec()

@@ -11,16 +11,36 @@ use super::{admin, health, models, private_gd, problem, ratings, recommend, user
 
 struct Security;
 
+/// The key scopes (DESIGN 6), as the security scheme's description.
+const KEY_SCOPES: &str = "API key as `Authorization: Bearer KEY` (or the X-Api-Key header). \
+Roles, lowest first: `public` (the published DP model and the release list only: \
+/v1/models*, similar items; no recommendations, no audit), `user` (a token bound to one \
+user id: that user's recommendations, budget audit, settings and published profile, 403 \
+for any other user; plus what `public` reads), `reader` (service reader, the curator's \
+backend: every read for every user), `writer` (reader plus ingestion, deletion and \
+settings), `admin` (everything, including retrains, jobs, key management and the \
+data-dependent /metrics). Admins create keys with POST /v1/admin/keys (or `dprec keys \
+create --role ROLE [--user ID]`); only the key's SHA-256 is stored. Each operation's \
+description ends with the keys it accepts.";
+
 impl Modify for Security {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let c = openapi.components.get_or_insert_with(Default::default);
         c.add_security_scheme(
             "api_key",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(KEY_SCOPES))
+                    .build(),
+            ),
         );
         c.add_security_scheme(
             "x_api_key",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Api-Key"))),
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Api-Key",
+                "The same keys as `api_key`, in the X-Api-Key header.",
+            ))),
         );
     }
 }
@@ -54,7 +74,8 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
         wanted.push(("401", "No API key, or an unknown one"));
         wanted.push((
             "403",
-            "The key's role is too low for this operation (reader < writer < admin)",
+            "The key may not call this operation: its role is too low (public < user < \
+             reader < writer < admin), or it is a user token for another user",
         ));
     }
     if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
@@ -86,17 +107,22 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
 impl Modify for StandardErrors {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for (method, op) in [
+                ("get", &mut item.get),
+                ("put", &mut item.put),
+                ("post", &mut item.post),
+                ("delete", &mut item.delete),
+                ("patch", &mut item.patch),
+            ] {
+                let Some(op) = op else { continue };
                 add_standard_errors(path, op);
+                if let Some(keys) = super::auth::route_scope(path, method) {
+                    let d = op.description.get_or_insert_with(String::new);
+                    if !d.is_empty() {
+                        d.push_str("\n\n");
+                    }
+                    d.push_str(&format!("Keys: {keys}."));
+                }
             }
         }
     }
@@ -108,7 +134,8 @@ impl Modify for StandardErrors {
         title = "dprec",
         description = "Privacy-budgeted recommendation service. Every release is charged to a \
             per-rating eps_ij ledger and a per-user Renyi-DP ledger before it is served. Errors \
-            are RFC 7807 problem+json. Roles: reader < writer < admin.",
+            are RFC 7807 problem+json. Key roles: public < user < reader < writer < admin \
+            (see the `api_key` security scheme).",
         version = "1"
     ),
     paths(
@@ -116,7 +143,7 @@ impl Modify for StandardErrors {
         users::get_settings, users::put_settings, users::delete_user, users::audit,
         recommend::recommendations, recommend::similar,
         models::list, models::current, models::item_profiles, models::user_profile,
-        admin::retrain, admin::job,
+        admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
         private_gd::round, private_gd::report, private_gd::advance,
         health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
     ),
@@ -127,7 +154,7 @@ impl Modify for StandardErrors {
         (name = "users", description = "Privacy settings, deletion and the budget audit"),
         (name = "recommendations", description = "Top-N and similar items from the served model"),
         (name = "models", description = "Releases and published DP profiles"),
-        (name = "admin", description = "Retraining"),
+        (name = "admin", description = "Retraining and API keys"),
         (name = "private-gd", description = "Private-GD / GD-DR rounds: user-level LDP one-bit gradient reports"),
         (name = "ops", description = "Probes, metrics and documentation"),
     )
@@ -141,4 +168,44 @@ pub fn spec_json() -> String {
         .expect("OpenAPI serialises");
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation that needs a key says which keys (auth::ROUTE_SCOPES), and every
+    /// entry of the table is an operation.
+    #[test]
+    fn every_secured_operation_lists_its_keys() {
+        let doc = ApiDoc::openapi();
+        let mut secured = Vec::new();
+        for (path, item) in &doc.paths.paths {
+            for (method, op) in [
+                ("get", &item.get),
+                ("put", &item.put),
+                ("post", &item.post),
+                ("delete", &item.delete),
+                ("patch", &item.patch),
+            ] {
+                if let Some(op) = op {
+                    if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                        assert!(
+                            op.description
+                                .as_deref()
+                                .is_some_and(|d| d.contains("Keys: ")),
+                            "{method} {path} does not list its keys (add it to auth::ROUTE_SCOPES)"
+                        );
+                        secured.push((path.clone(), method));
+                    }
+                }
+            }
+        }
+        for (p, m, _) in crate::api::auth::ROUTE_SCOPES {
+            assert!(
+                secured.iter().any(|(sp, sm)| sp.as_str() == *p && sm == m),
+                "ROUTE_SCOPES lists {m} {p}, which is not a secured operation"
+            );
+        }
+    }
 }

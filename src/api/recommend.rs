@@ -6,7 +6,7 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::ReaderKey;
+use super::auth::{AnyKey, UserKey};
 use super::{path_id, ApiError, AppState};
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -72,12 +72,13 @@ async fn user_facts(
         (status = 503, description = "No model published yet", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn recommendations(
-    _auth: ReaderKey,
+    auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
     q: web::Query<RecommendQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
+    auth.for_user(user.as_str())?;
     let n = q.n.unwrap_or(10);
     if !(1..=1000).contains(&n) {
         return Err(ApiError::invalid("n", "n must be in 1..=1000"));
@@ -136,7 +137,7 @@ pub struct SimilarItems {
         (status = 404, description = "Item not in the served model", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn similar(
-    _auth: ReaderKey,
+    _auth: AnyKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
     q: web::Query<SimilarQuery>,

@@ -1,13 +1,22 @@
 //! User privacy settings, user deletion and the budget audit (DESIGN 4).
+//!
+//! Scopes (DESIGN 6): settings and the audit (which lists the items a user rated) reach
+//! that user's token or a service key (reader and above read; writer and above change
+//! settings), never a public key or another user's token. Deleting a user needs a writer.
 
+use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{ReaderKey, WriterKey};
+use super::auth::{UserKey, WriterKey};
 use super::domain::{Delta, Epsilon};
+use super::models::{public_mechanisms, public_params, MechanismView};
 use super::{json_body, path_id, ApiError, AppState, Page};
 use crate::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
+use crate::config::Role;
+use crate::train::charges::PrivacyUnit;
+use crate::train::Guarantee;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserSettings {
@@ -24,7 +33,11 @@ pub struct UserSettings {
 #[schema(example = json!({"default_eps": 0.5, "budget_eps": 8.0, "budget_delta": 1e-6}))]
 pub struct UserSettingsIn {
     pub default_eps: Option<f64>,
+    /// eps_u: at most `budget.max_user_eps` (422 above). May be lowered at any time;
+    /// raised only before the user's first charge (409 after).
     pub budget_eps: Option<f64>,
+    /// delta_u: at most `budget.max_user_delta` (422 above). Like `budget_eps`, never
+    /// raised once the user has been charged (409).
     pub budget_delta: Option<f64>,
 }
 
@@ -34,11 +47,12 @@ pub struct UserSettingsIn {
     responses((status = 200, body = UserSettings)),
     security(("api_key" = [])))]
 pub async fn get_settings(
-    _auth: ReaderKey,
+    auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
+    auth.for_user(user.as_str())?;
     let b = &state.settings.budget;
     let s = match state.store.user(user.as_str()).await? {
         Some(u) => UserSettings {
@@ -57,21 +71,45 @@ pub async fn get_settings(
     Ok(HttpResponse::Ok().json(s))
 }
 
-/// Set a user's privacy settings; omitted fields keep their value.
+/// A 409 for a budget raise after the user's first charge.
+fn raise_refused(field: &str, current: f64, requested: f64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "Budget cannot be raised",
+        format!(
+            "{field} may be lowered at any time but never raised once the user has been \
+             charged (current {current}, requested {requested}): the user's guarantee is \
+             stated against this budget"
+        ),
+    )
+    .with_field(field)
+}
+
+/// Set a user's privacy settings; omitted fields keep their value. The budget
+/// (`budget_eps`, `budget_delta`) is bounded by `budget.max_user_eps` /
+/// `budget.max_user_delta` (422) and may be lowered at any time but never raised once
+/// the user has been charged by a release or an LDP report (409).
 #[utoipa::path(put, path = "/v1/users/{user}/settings", tag = "users",
     params(("user" = String, Path)),
     request_body = UserSettingsIn,
     responses((status = 200, body = UserSettings),
-        (status = 422, description = "Invalid field", body = super::Problem, content_type = "application/problem+json")),
+        (status = 409, description = "A budget raise after the user has been charged (the problem's `field` names budget_eps or budget_delta)", body = super::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field, or a budget above budget.max_user_eps / budget.max_user_delta", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn put_settings(
-    _auth: WriterKey,
+    auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
+    if !(auth.0.role >= Role::Writer || auth.0.is_token_of(user.as_str())) {
+        return Err(ApiError::forbidden(format!(
+            "changing user {:?}'s settings needs a writer key or that user's token",
+            user.as_str()
+        )));
+    }
     let body: UserSettingsIn =
         json_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let b = &state.settings.budget;
@@ -83,12 +121,38 @@ pub async fn put_settings(
         .map_err(|e| ApiError::invalid("default_eps", e))?;
     let budget_eps = body
         .budget_eps
-        .map(|e| Epsilon::parse(e, 1e6))
+        .map(|e| {
+            Epsilon::parse(e, b.max_user_eps).map_err(|why| {
+                format!(
+                    "budget_eps: {why} (at most budget.max_user_eps = {})",
+                    b.max_user_eps
+                )
+            })
+        })
         .transpose()
         .map_err(|e| ApiError::invalid("budget_eps", e))?;
     let budget_delta = body
         .budget_delta
-        .map(Delta::parse)
+        .map(|d| {
+            Delta::parse(d)
+                .and_then(|d| {
+                    if d.get() <= b.max_user_delta {
+                        Ok(d)
+                    } else {
+                        Err(format!(
+                            "delta must be <= {}, got {}",
+                            b.max_user_delta,
+                            d.get()
+                        ))
+                    }
+                })
+                .map_err(|why| {
+                    format!(
+                        "budget_delta: {why} (at most budget.max_user_delta = {})",
+                        b.max_user_delta
+                    )
+                })
+        })
         .transpose()
         .map_err(|e| ApiError::invalid("budget_delta", e))?;
     let current = state.store.user(user.as_str()).await?;
@@ -102,10 +166,34 @@ pub async fn put_settings(
         budget_eps: budget_eps.map(Epsilon::get).unwrap_or(cur_eps),
         budget_delta: budget_delta.map(Delta::get).unwrap_or(cur_delta),
     };
-    state
+    let charged = current
+        .as_ref()
+        .is_some_and(|u| u.consumed.points().any(|(_, r)| r != 0.0));
+    if charged && s.budget_eps > cur_eps {
+        return Err(raise_refused("budget_eps", cur_eps, s.budget_eps));
+    }
+    if charged && s.budget_delta > cur_delta {
+        return Err(raise_refused("budget_delta", cur_delta, s.budget_delta));
+    }
+    // The store refuses a raise atomically if a release charged the user meanwhile.
+    let applied = state
         .store
         .put_user_settings(&s.user, s.default_eps, s.budget_eps, s.budget_delta)
         .await?;
+    if !applied {
+        let field = if s.budget_eps > cur_eps {
+            "budget_eps"
+        } else {
+            "budget_delta"
+        };
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "Budget cannot be raised",
+            "the user was charged while the settings were changed; a budget is never raised \
+             once the user has been charged",
+        )
+        .with_field(field));
+    }
     Ok(HttpResponse::Ok().json(s))
 }
 
@@ -184,11 +272,10 @@ pub struct RatingBudgetView {
 pub struct ReleaseChargeView {
     pub release_id: i64,
     pub trainer: String,
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     pub created_at: i64,
     /// Mechanisms with parameters, unit and neighbour relation (one object each).
-    #[schema(value_type = Vec<Object>)]
-    pub mechanisms: serde_json::Value,
+    pub mechanisms: Vec<MechanismView>,
     #[schema(value_type = Object)]
     pub params: serde_json::Value,
     /// RDP events charged to the user's filter by this release (one object each).
@@ -232,7 +319,7 @@ pub struct LocalReportView {
     pub mechanism: String,
     pub round: i64,
     pub eps: f64,
-    pub unit: String,
+    pub unit: PrivacyUnit,
     pub received_at: i64,
 }
 
@@ -241,19 +328,21 @@ fn finite(v: f64) -> Option<f64> {
 }
 
 /// Budget audit of a user: budget, spent, remaining, per-rating slots and releases.
-/// `limit`/`offset` page both lists.
+/// `limit`/`offset` page both lists. The per-rating list names the items the user rated,
+/// so only that user's token and service keys reach it.
 #[utoipa::path(get, path = "/v1/users/{user}/budget", tag = "users",
     params(("user" = String, Path), Page),
     responses((status = 200, body = Audit),
         (status = 404, description = "Unknown user", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn audit(
-    _auth: ReaderKey,
+    auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
     page: web::Query<Page>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
+    auth.for_user(user.as_str())?;
     let (limit, offset) = page.parse()?;
     let Some(u) = state.store.user(user.as_str()).await? else {
         return Err(ApiError::not_found(format!(
@@ -313,19 +402,21 @@ pub async fn audit(
         .and_then(|cost| releases_left(&filter, &u.consumed, &cost).ok());
     let releases = rel
         .into_iter()
-        .map(|c| ReleaseChargeView {
-            release_id: c.release.id,
-            trainer: c.release.trainer,
-            guarantee: c.release.guarantee.to_string(),
-            created_at: c.release.created_at,
-            mechanisms: c.release.mechanisms,
-            params: c.release.params,
-            events: c.events,
-            admitted_order: c.admitted_order,
-            ratings_charged: c.ratings_charged,
-            rating_eps_total: c.rating_eps_total,
+        .map(|c| {
+            Ok(ReleaseChargeView {
+                release_id: c.release.id,
+                trainer: c.release.trainer,
+                guarantee: c.release.guarantee,
+                created_at: c.release.created_at,
+                mechanisms: public_mechanisms(&c.release.mechanisms)?,
+                params: public_params(c.release.params),
+                events: c.events,
+                admitted_order: c.admitted_order,
+                ratings_charged: c.ratings_charged,
+                rating_eps_total: c.rating_eps_total,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, ApiError>>()?;
     let local_reports = state
         .store
         .ldp_reports_of(&u.id)
@@ -335,7 +426,7 @@ pub async fn audit(
             mechanism: "private-gd-one-bit-report".into(),
             round,
             eps,
-            unit: "user".into(),
+            unit: PrivacyUnit::User,
             received_at: at,
         })
         .collect();

@@ -5,6 +5,10 @@
 //! hex digits of that digest (derived from the hash, not the key, so it can be printed).
 //! Keys from the config file (`[[auth.keys]]`) are listed but managed in the file.
 //! A running server picks up created and revoked keys within `scheduler.reload_secs`.
+//! Roles (DESIGN 6, `api::auth`): admin, writer, reader (service reader), user (a token
+//! bound to one user id: `--role user --user ID`) and public (the DP model only). The
+//! same keys are managed over HTTP by `POST/GET /v1/admin/keys` and
+//! `DELETE /v1/admin/keys/{id}`.
 
 use std::path::PathBuf;
 
@@ -12,8 +16,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
 use crate::api::auth;
-use crate::config::{Role, Settings};
-use crate::store::Store;
+use crate::config::Settings;
+use crate::store::{ApiKeyRow, Store};
 
 /// Length of a key id (hex digits of the key's SHA-256).
 pub const KEY_ID_LEN: usize = 12;
@@ -31,11 +35,14 @@ pub struct KeysArgs {
 pub enum KeysCommand {
     /// Create a key with a role and print it once.
     Create {
-        /// admin, writer or reader.
-        #[arg(long, value_parser = ["admin", "writer", "reader"])]
+        /// admin, writer, reader, user (with --user) or public.
+        #[arg(long, value_parser = ["admin", "writer", "reader", "user", "public"])]
         role: String,
+        /// The user a `user` token is bound to (required with --role user, refused otherwise).
+        #[arg(long)]
+        user: Option<String>,
     },
-    /// List the keys: id, role, creation time, where it comes from.
+    /// List the keys: id, role, user, creation time, where it comes from.
     List,
     /// Revoke a stored key by its id (as printed by `list` or `create`).
     Revoke {
@@ -49,11 +56,58 @@ pub fn key_id(hash: &str) -> &str {
     &hash[..KEY_ID_LEN.min(hash.len())]
 }
 
-fn role_name(r: Role) -> &'static str {
-    match r {
-        Role::Admin => "admin",
-        Role::Writer => "writer",
-        Role::Reader => "reader",
+/// Why a key id does not name exactly one stored key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyIdError {
+    #[error("key id {0:?}: expected at least 6 hex digits, as printed by `dprec keys list`")]
+    Malformed(String),
+    #[error(
+        "no stored key has id {0} (`dprec keys list` shows the ids; keys from the config \
+         file are removed from the file)"
+    )]
+    Unknown(String),
+    #[error("key id {0} matches {1} keys; give more digits")]
+    Ambiguous(String, usize),
+}
+
+/// The one stored key whose hash starts with `id` (at least 6 hex digits).
+pub fn find_by_id(rows: Vec<ApiKeyRow>, id: &str) -> Result<ApiKeyRow, KeyIdError> {
+    let id = id.trim().to_ascii_lowercase();
+    if id.len() < 6 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(KeyIdError::Malformed(id));
+    }
+    let mut matching: Vec<_> = rows
+        .into_iter()
+        .filter(|k| k.hash.starts_with(&id))
+        .collect();
+    match matching.len() {
+        0 => Err(KeyIdError::Unknown(id)),
+        1 => Ok(matching.remove(0)),
+        n => Err(KeyIdError::Ambiguous(id, n)),
+    }
+}
+
+/// Checks a role and user pair: a `user` token needs its user (a valid id), the other
+/// roles take none. Returns the user to store.
+pub fn check_role_user(
+    role: &str,
+    user: Option<&str>,
+    max_id_len: usize,
+) -> Result<Option<String>, String> {
+    if auth::parse_role(role).is_none() {
+        return Err(format!(
+            "unknown role {role:?}: expected admin, writer, reader, user or public"
+        ));
+    }
+    match (role, user) {
+        ("user", None) => Err("a user token needs the user it is bound to".into()),
+        ("user", Some(u)) => crate::api::domain::Id::parse(u, max_id_len)
+            .map(|id| Some(id.into_string()))
+            .map_err(|e| format!("user {e}")),
+        (_, Some(_)) => Err(format!(
+            "only a user token is bound to a user; role {role} takes no user"
+        )),
+        (_, None) => Ok(None),
     }
 }
 
@@ -86,7 +140,9 @@ pub fn run(args: KeysArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         let store = Store::connect(&settings.database.url, 1).await?;
         let out = match args.command {
-            KeysCommand::Create { role } => create(&store, &role).await,
+            KeysCommand::Create { role, user } => {
+                create(&store, &role, user.as_deref(), settings.ratings.max_id_len).await
+            }
             KeysCommand::List => list(&store, &settings).await,
             KeysCommand::Revoke { id } => revoke(&store, &id).await,
         };
@@ -95,15 +151,25 @@ pub fn run(args: KeysArgs) -> anyhow::Result<()> {
     })
 }
 
-async fn create(store: &Store, role: &str) -> anyhow::Result<()> {
+async fn create(
+    store: &Store,
+    role: &str,
+    user: Option<&str>,
+    max_id_len: usize,
+) -> anyhow::Result<()> {
+    let user = check_role_user(role, user, max_id_len).map_err(|e| anyhow::anyhow!("{e}"))?;
     let key = auth::generate_key();
     let hash = auth::hash_key(&key);
     store
-        .insert_api_key(&hash, role)
+        .insert_api_key(&hash, role, user.as_deref())
         .await
         .context("storing the key")?;
+    let bound = user
+        .as_deref()
+        .map(|u| format!(" for user {u:?}"))
+        .unwrap_or_default();
     eprintln!(
-        "created {role} key {} (shown once; only its SHA-256 is stored):",
+        "created {role} key {}{bound} (shown once; only its SHA-256 is stored):",
         key_id(&hash)
     );
     println!("{key}");
@@ -111,21 +177,26 @@ async fn create(store: &Store, role: &str) -> anyhow::Result<()> {
 }
 
 async fn list(store: &Store, settings: &Settings) -> anyhow::Result<()> {
-    println!("{:<12}  {:<6}  {:<23}  source", "id", "role", "created");
+    println!(
+        "{:<12}  {:<6}  {:<16}  {:<23}  source",
+        "id", "role", "user", "created"
+    );
     for k in store.api_key_rows().await? {
         println!(
-            "{:<12}  {:<6}  {:<23}  database",
+            "{:<12}  {:<6}  {:<16}  {:<23}  database",
             key_id(&k.hash),
             k.role,
+            k.user.as_deref().unwrap_or("-"),
             time_utc(k.created_at)
         );
     }
     for k in &settings.auth.keys {
         let h = auth::hash_key(&k.key);
         println!(
-            "{:<12}  {:<6}  {:<23}  config file (edit [[auth.keys]] to change)",
+            "{:<12}  {:<6}  {:<16}  {:<23}  config file (edit [[auth.keys]] to change)",
             key_id(&h),
-            role_name(k.role),
+            auth::role_name(k.role),
+            "-",
             "-"
         );
     }
@@ -133,37 +204,35 @@ async fn list(store: &Store, settings: &Settings) -> anyhow::Result<()> {
 }
 
 async fn revoke(store: &Store, id: &str) -> anyhow::Result<()> {
-    let id = id.trim().to_ascii_lowercase();
-    if id.len() < 6 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
-        bail!("key id {id:?}: expected at least 6 hex digits, as printed by `dprec keys list`");
-    }
-    let matching: Vec<_> = store
-        .api_key_rows()
-        .await?
-        .into_iter()
-        .filter(|k| k.hash.starts_with(&id))
-        .collect();
-    match matching.as_slice() {
-        [] => bail!(
-            "no stored key has id {id} (`dprec keys list` shows the ids; keys from the config \
-             file are removed from the file)"
-        ),
-        [k] => {
-            store.delete_api_key(&k.hash).await?;
-            eprintln!(
-                "revoked {} key {} (a running server drops it within scheduler.reload_secs)",
-                k.role,
-                key_id(&k.hash)
-            );
-            Ok(())
-        }
-        many => bail!("key id {id} matches {} keys; give more digits", many.len()),
-    }
+    let k = match find_by_id(store.api_key_rows().await?, id) {
+        Ok(k) => k,
+        Err(e) => bail!("{e}"),
+    };
+    store.delete_api_key(&k.hash).await?;
+    eprintln!(
+        "revoked {} key {} (a running server drops it within scheduler.reload_secs)",
+        k.role,
+        key_id(&k.hash)
+    );
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn role_and_user_pairs() {
+        assert_eq!(
+            check_role_user("user", Some("u1"), 128),
+            Ok(Some("u1".into()))
+        );
+        assert!(check_role_user("user", None, 128).is_err());
+        assert!(check_role_user("reader", Some("u1"), 128).is_err());
+        assert!(check_role_user("user", Some(""), 128).is_err());
+        assert!(check_role_user("root", None, 128).is_err());
+        assert_eq!(check_role_user("public", None, 128), Ok(None));
+    }
 
     #[test]
     fn utc_times() {

@@ -23,9 +23,14 @@ use crate::store::{
 use crate::train::{Guarantee, TrainError, Trainer};
 use steps::{Admission, RecordInput, TrainingSet};
 
-/// Failure injection points for the crash tests.
+/// Test-only hooks: failure injection points for the crash tests, and a noise seed.
+/// `dprec serve` passes `Hooks::default()`.
 #[derive(Clone, Default)]
 pub struct Hooks {
+    /// Seeds the release noise, for tests that need deterministic releases. Never set by
+    /// `dprec serve`: a fixed seed replays the same noise in every release, and the
+    /// configuration refuses `trainer.seed` for that reason (issue 8 finding 8).
+    pub seed: Option<u64>,
     /// Called after training, before the ledger transaction starts.
     pub before_commit: Option<Arc<dyn Fn() -> Result<(), InjectedFailure> + Send + Sync>>,
     /// Called inside the ledger transaction after every write, before COMMIT.
@@ -54,7 +59,8 @@ impl ReleaseConfig {
             min_release_eps: s.budget.min_release_eps,
             popularity_eps: s.budget.popularity_eps,
             allow_non_private: s.trainer.allow_non_private,
-            seed: s.trainer.seed,
+            // `Settings::validate` refuses trainer.seed; tests seed through `Hooks::seed`.
+            seed: None,
             lease_secs: s.scheduler.lease_secs,
             plan: match s.budget.planned_releases {
                 0 => None,
@@ -202,7 +208,10 @@ impl Retrainer {
             store,
             registry,
             trainer,
-            config: ReleaseConfig::from_settings(&settings)?,
+            config: ReleaseConfig {
+                seed: hooks.seed,
+                ..ReleaseConfig::from_settings(&settings)?
+            },
             settings,
             metrics,
             hooks,

@@ -1,4 +1,4 @@
-//! API keys (hashed).
+//! API keys (hashed), with the user a user token is bound to.
 
 use sqlx::Row;
 
@@ -12,37 +12,43 @@ impl Store {
             .try_get(0)?)
     }
 
-    pub async fn insert_api_key(&self, hash: &str, role: &str) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO api_keys (key_hash, role, created_at) VALUES ($1, $2, $3)")
-            .bind(hash)
-            .bind(role)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Stores a key's SHA-256 with its role; `user` is the user a `user` token is bound
+    /// to (`None` for every other role). Returns the creation time (ms).
+    pub async fn insert_api_key(
+        &self,
+        hash: &str,
+        role: &str,
+        user: Option<&str>,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO api_keys (key_hash, role, user_id, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(hash)
+        .bind(role)
+        .bind(user)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(now)
     }
 
-    pub async fn api_keys(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query("SELECT key_hash, role FROM api_keys")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect()
-    }
-
-    /// Every stored key with its creation time (for `dprec keys list`).
+    /// Every stored key with its creation time (for `dprec keys list` and
+    /// `GET /v1/admin/keys`), oldest first.
     pub async fn api_key_rows(&self) -> Result<Vec<ApiKeyRow>, StoreError> {
-        let rows =
-            sqlx::query("SELECT key_hash, role, created_at FROM api_keys ORDER BY created_at")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT key_hash, role, user_id, created_at FROM api_keys \
+             ORDER BY created_at, key_hash",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(ApiKeyRow {
                     hash: r.try_get(0)?,
                     role: r.try_get(1)?,
-                    created_at: r.try_get(2)?,
+                    user: r.try_get(2)?,
+                    created_at: r.try_get(3)?,
                 })
             })
             .collect()
@@ -63,5 +69,7 @@ impl Store {
 pub struct ApiKeyRow {
     pub hash: String,
     pub role: String,
+    /// The user a `user` token is bound to.
+    pub user: Option<String>,
     pub created_at: i64,
 }

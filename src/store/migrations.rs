@@ -13,6 +13,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0001_init.sql"),
     ),
     (
+        2,
+        "user_tokens",
+        include_str!("../../migrations/sqlite/0002_user_tokens.sql"),
+    ),
+    (
         9,
         "private_gd",
         include_str!("../../migrations/sqlite/0009_private_gd.sql"),
@@ -23,6 +28,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         1,
         "init",
         include_str!("../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "user_tokens",
+        include_str!("../../migrations/postgres/0002_user_tokens.sql"),
     ),
     (
         9,

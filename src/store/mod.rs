@@ -23,6 +23,7 @@ pub fn redact_url(url: &str) -> String {
 
 pub use audit::{RatingAuditRow, UserReleaseCharge};
 pub use jobs::JobRow;
+pub use keys::ApiKeyRow;
 pub use releases::{
     commit_release, CommitError, InsideTxHook, ModelRow, RatingChargeRow, ReleaseRecord, ReleaseRow,
 };

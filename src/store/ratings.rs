@@ -133,31 +133,43 @@ impl Store {
         }))
     }
 
-    /// Creates or updates a user's settings; the consumed curve is never touched.
+    /// Creates or updates a user's settings; the consumed curve is never touched. A
+    /// budget (eps_u, delta_u) may be lowered at any time but raised only while the user
+    /// has not been charged (DESIGN 4): the update is refused, atomically with any release
+    /// that charges the user, when it raises either value of a charged user. Returns
+    /// false when it was refused.
     pub async fn put_user_settings(
         &self,
         id: &str,
         default_eps: Option<f64>,
         budget_eps: f64,
         budget_delta: f64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let now = now_ms();
-        sqlx::query(
+        // `default_eps` is bound as a number and a flag, never as a NULL: on PostgreSQL a
+        // statement cached with a NULL-typed parameter rejects a later f64 ("incorrect
+        // binary data format in bind parameter 2").
+        let r = sqlx::query(
             "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, deleted, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
+             created_at, updated_at) \
+             VALUES ($1, CASE WHEN $7 = 1 THEN $2 ELSE NULL END, $3, $4, $5, 0, $6, $6) \
              ON CONFLICT (id) DO UPDATE SET default_eps = excluded.default_eps, \
              budget_eps = excluded.budget_eps, budget_delta = excluded.budget_delta, \
-             updated_at = excluded.updated_at",
+             updated_at = excluded.updated_at \
+             WHERE (excluded.budget_eps <= users.budget_eps \
+                    AND excluded.budget_delta <= users.budget_delta) \
+                OR users.rdp_consumed = '' OR users.rdp_consumed = $5",
         )
         .bind(id)
-        .bind(default_eps)
+        .bind(default_eps.unwrap_or(0.0))
         .bind(budget_eps)
         .bind(budget_delta)
         .bind(curve_json(&RdpCurve::zeros_default()))
         .bind(now)
+        .bind(i64::from(default_eps.is_some()))
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(r.rows_affected() > 0)
     }
 
     /// Deletes a rating's value (the budget slot and its ledger history stay).

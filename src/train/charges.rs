@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 
 /// The unit of privacy a charge protects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PrivacyUnit {
     /// One rating (user i, item j): the default unit.
@@ -18,7 +18,7 @@ pub enum PrivacyUnit {
 }
 
 /// The neighbouring relation the guarantee is stated for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Neighbour {
     /// One unit added or removed.
@@ -29,7 +29,7 @@ pub enum Neighbour {
 }
 
 /// How far the output's privacy claim is proven for the code that ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Guarantee {
     /// No privacy claim (baselines). Never served unless explicitly allowed.

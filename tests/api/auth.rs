@@ -86,6 +86,15 @@ async fn startup_refusals() {
         .err()
         .unwrap();
     assert!(format!("{e:#}").contains("allow_non_private"), "{e:#}");
+    // A configured trainer.seed (issue 8 finding 8: replayed noise across releases);
+    // tests seed through Hooks::seed instead.
+    let mut s = settings(&db.url);
+    s.trainer.seed = Some(7);
+    let e = TestApp::try_spawn(s, None, Hooks::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(format!("{e:#}").contains("trainer.seed"), "{e:#}");
     // No-auth mode off loopback.
     let mut s = settings(&db.url);
     s.auth.mode = AuthMode::Disabled;
@@ -130,7 +139,10 @@ async fn bind_before_keys_and_revocation_reaches_the_server() {
     // A key created in the database while the server runs, then revoked.
     let extra = "a-reader-key-created-later-0123";
     let hash = dprec::api::auth::hash_key(extra);
-    app.store.insert_api_key(&hash, "reader").await.unwrap();
+    app.store
+        .insert_api_key(&hash, "reader", None)
+        .await
+        .unwrap();
     let mut ok = false;
     for _ in 0..50 {
         if app.get("/v1/models", extra).await.0 == 200 {

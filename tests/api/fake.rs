@@ -135,7 +135,9 @@ impl Trainer for FakeDp {
             charges: ReleaseCharges {
                 mechanisms: vec![MechanismRecord {
                     name: "fake-dp".into(),
-                    params: serde_json::json!({"rank": 2}),
+                    // `offered` is a data count, as some trainers recorded one: the API
+                    // must not publish it (tests/api/keys.rs).
+                    params: serde_json::json!({"rank": 2, "offered": r.len()}),
                     unit: PrivacyUnit::Rating,
                     neighbour: Neighbour::AddRemove,
                 }],

@@ -17,7 +17,10 @@ async fn probes_metrics_docs_and_unknown_routes() {
     let (st, body) = app.get("/readyz", "").await;
     assert_eq!((st, body["backend"].as_str()), (200, Some("sqlite")));
     app.ingest(&[("u1", "i1", 4.0, None)]).await;
-    let r = app.send(app.client.get(app.url("/metrics"))).await;
+    // The data-dependent metrics need an admin key (tests/api/keys.rs).
+    let r = app
+        .send(app.client.get(app.url("/metrics")).bearer_auth(ADMIN))
+        .await;
     assert_eq!(r.status, 200);
     let text = r.text;
     for name in [

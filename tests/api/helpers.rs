@@ -15,7 +15,7 @@ use dprec::train::Trainer;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use dprec::api::admin::Job;
+pub use dprec::api::admin::{CreatedKey, Job, KeyList};
 pub use dprec::api::models::{CurrentModel, ItemProfiles, ReleaseList};
 pub use dprec::api::recommend::{Recommendations, SimilarItems};
 pub use dprec::api::users::{Audit, UserSettings};
@@ -26,6 +26,10 @@ mod spec;
 pub const ADMIN: &str = "test-admin-key-0123456789";
 pub const WRITER: &str = "test-writer-key-0123456789";
 pub const READER: &str = "test-reader-key-0123456789";
+pub const PUBLIC: &str = "test-public-key-0123456789";
+
+/// The release noise seed of every test app (through [`Hooks::seed`], test-only).
+pub const TEST_SEED: u64 = 7;
 
 /// The PostgreSQL server the tests create their databases on (`DPREC_TEST_PG_URL`
 /// overrides; it must name a database the tests can connect to, e.g. `postgres`).
@@ -140,7 +144,8 @@ impl Drop for TestDb {
     }
 }
 
-/// Test settings: three keys, scheduler off, seeded noise, small limits.
+/// Test settings: three keys, scheduler off, small limits (the noise is seeded through
+/// [`Hooks::seed`] by [`TestApp::try_spawn`]: the configuration refuses `trainer.seed`).
 pub fn settings(url: &str) -> Settings {
     let mut s = Settings::default();
     s.server.bind = "127.0.0.1:0".into();
@@ -161,9 +166,12 @@ pub fn settings(url: &str) -> Settings {
             key: READER.into(),
             role: Role::Reader,
         },
+        ApiKey {
+            key: PUBLIC.into(),
+            role: Role::Public,
+        },
     ];
     s.scheduler.enabled = false;
-    s.trainer.seed = Some(7);
     s.budget.share = dprec::ledger::SharePolicy::Fraction(0.4);
     s.budget.popularity_eps = 0.01;
     s
@@ -188,8 +196,9 @@ impl TestApp {
     pub async fn try_spawn(
         s: Settings,
         trainer: Option<Arc<dyn Trainer>>,
-        hooks: Hooks,
+        mut hooks: Hooks,
     ) -> anyhow::Result<TestApp> {
+        hooks.seed = hooks.seed.or(Some(TEST_SEED));
         let app = Application::build(s, trainer, hooks).await?;
         let base = format!("http://127.0.0.1:{}", app.port());
         let store = app.store.clone();
@@ -338,6 +347,23 @@ impl TestApp {
         self.get_ok(&format!("/v1/admin/jobs/{id}"), ADMIN).await
     }
 
+    /// `POST /v1/admin/keys` (admin key): a new key with `role`, bound to `user` for a
+    /// user token; panics unless 201.
+    pub async fn create_key(&self, role: &str, user: Option<&str>) -> CreatedKey {
+        let mut body = serde_json::json!({"role": role});
+        if let Some(u) = user {
+            body["user"] = serde_json::json!(u);
+        }
+        let req = self
+            .client
+            .post(self.url("/v1/admin/keys"))
+            .bearer_auth(ADMIN)
+            .json(&body);
+        let r = self.send(req).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        serde_json::from_str(&r.text).expect("a created key")
+    }
+
     /// Ingests `(user, item, rating, eps)` tuples; panics unless 200.
     pub async fn ingest(&self, ratings: &[(&str, &str, f64, Option<f64>)]) {
         let items: Vec<Value> = ratings
@@ -373,6 +399,15 @@ impl TestApp {
         assert_eq!(r.status, 202, "{}", r.text);
         let job: Job = serde_json::from_str(&r.text).expect("a job");
         self.wait_job(job.id).await
+    }
+
+    /// The stored row of a job's release, with the exact counts the API does not publish.
+    pub async fn stored_release(&self, job: &Job) -> dprec::store::ReleaseRow {
+        self.store
+            .release(job.release_id.expect("the job published a release"))
+            .await
+            .unwrap()
+            .expect("the release is stored")
     }
 
     /// Polls a job until it is no longer `running`.

@@ -11,6 +11,7 @@ mod auth;
 mod hardening;
 mod health;
 mod honest;
+mod keys;
 mod ldp;
 mod lease;
 mod ledger;

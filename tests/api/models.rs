@@ -28,7 +28,7 @@ async fn releases_downloads_and_restart(url: &str) {
     let rel = &list.releases;
     assert_eq!(rel.len(), 2);
     assert_eq!(Some(rel[0].id), j2.release_id);
-    assert_eq!(rel[0].guarantee, "proven");
+    assert_eq!(rel[0].guarantee, dprec::train::Guarantee::Proven);
     assert_eq!(rel[0].trainer, "fake-dp");
     let page = app.models("limit=1&offset=1").await;
     assert_eq!(Some(page.releases[0].id), j1.release_id);
