@@ -36,26 +36,34 @@ pub struct Admission {
 /// the popularity eps are scaled so that `cfg.planned_releases` releases fit the default
 /// user budget ([`units::calibrate_release`]). A trainer that cannot be scaled runs as
 /// configured; a proven trainer without a user-level cost is refused.
+///
+/// A trainer that publishes its own DP counts ([`Trainer::publishes_popularity`]) gets no
+/// separate popularity release: its popularity eps is 0 and its cost is its own.
 pub fn calibrate(
     cfg: &ReleaseConfig,
     trainer: &Arc<dyn Trainer>,
     m: u64,
 ) -> Result<(Arc<dyn Trainer>, f64, PrivacyEvent), ReleaseError> {
+    let popularity_eps = if trainer.publishes_popularity() {
+        0.0
+    } else {
+        cfg.popularity_eps
+    };
     if let Some(plan) = &cfg.plan {
         if trainer.scaled(1.0).is_some() {
-            let c = units::calibrate_release(trainer.as_ref(), plan, m, cfg.popularity_eps)
+            let c = units::calibrate_release(trainer.as_ref(), plan, m, popularity_eps)
                 .map_err(ReleaseError::Calibration)?;
             return Ok((Arc::from(c.trainer), c.popularity_eps, c.user_event));
         }
     }
     let event =
-        units::release_user_event(trainer.as_ref(), m, cfg.popularity_eps).ok_or_else(|| {
+        units::release_user_event(trainer.as_ref(), m, popularity_eps).ok_or_else(|| {
             ReleaseError::Calibration(format!(
                 "trainer {} states no user-level cost (Trainer::user_level_event)",
                 trainer.name()
             ))
         })?;
-    Ok((trainer.clone(), cfg.popularity_eps, event))
+    Ok((trainer.clone(), popularity_eps, event))
 }
 
 /// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
@@ -210,13 +218,29 @@ pub async fn fit(
 }
 
 /// Step 4: the DP popularity counts of the ratings the plan lets be counted, with their
-/// charges (see [`dp_stats::dp_popularity`]).
+/// charges (see [`dp_stats::dp_popularity`]). A private release whose trainer published
+/// its own DP counts (popularity eps 0, [`Trainer::publishes_popularity`]) takes those:
+/// post-processing of a charged output, nothing more to charge.
 pub fn popularity(
     set: &TrainingSet,
     plan: &Plan,
     eps: f64,
+    fitted: &Fitted,
     rng: &mut DpRng,
 ) -> Result<(Vec<i64>, ReleaseCharges), ReleaseError> {
+    if eps == 0.0 {
+        if let Some(counts) = fitted.ranker.as_ref().and_then(|r| r.popularity_counts()) {
+            if counts.len() != set.items.len() {
+                return Err(ReleaseError::Popularity(format!(
+                    "the trainer published {} counts for {} items",
+                    counts.len(),
+                    set.items.len()
+                )));
+            }
+            let counts = counts.iter().map(|c| c.round() as i64).collect();
+            return Ok((counts, ReleaseCharges::default()));
+        }
+    }
     let counted: Vec<bool> = plan.admitted.iter().map(|a| a.popularity).collect();
     dp_stats::dp_popularity(&set.ratings, set.items.len(), &counted, eps, rng)
         .map_err(|e| ReleaseError::Popularity(e.to_string()))
@@ -313,6 +337,8 @@ pub struct RecordInput<'a> {
     pub guarantee: Guarantee,
     pub set: &'a TrainingSet,
     pub model: &'a FactorModel,
+    /// The ranker the release is served through, stored with the model.
+    pub ranker: Option<crate::train::StoredRanker>,
     pub popularity: &'a Popularity,
     pub charges: Charges,
     pub job_id: Option<i64>,
@@ -324,10 +350,15 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         guarantee,
         set,
         model,
+        ranker,
         popularity,
         charges,
         job_id,
     } = input;
+    let stored = crate::serve::StoredModel {
+        factors: model.clone(),
+        ranker,
+    };
     Ok(ReleaseRecord {
         trainer: trainer.name().to_string(),
         params: trainer.params(),
@@ -342,7 +373,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         rating_neighbour: charges.rating_neighbour,
         rating_charges: charges.ratings,
         user_charges: charges.users,
-        model_json: serde_json::to_string(model)?,
+        model_json: serde_json::to_string(&stored)?,
         users_json: serde_json::to_string(&set.user_ids)?,
         items_json: serde_json::to_string(&set.item_ids)?,
         popularity_json: serde_json::to_string(popularity)?,

@@ -193,14 +193,18 @@ impl Store {
     }
 
     /// Items the user has a live rating for.
-    pub async fn rated_items(&self, user: &str) -> Result<Vec<String>, StoreError> {
-        let rows =
-            sqlx::query("SELECT item_id FROM ratings WHERE user_id = $1 AND value IS NOT NULL")
-                .bind(user)
-                .fetch_all(&self.pool)
-                .await?;
+    /// The user's own current ratings `(item, value)`: what serving may use for that user
+    /// (joint DP, DESIGN 6).
+    pub async fn user_ratings(&self, user: &str) -> Result<Vec<(String, f64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT item_id, value FROM ratings WHERE user_id = $1 AND value IS NOT NULL \
+             ORDER BY item_id",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
-            .map(|r| r.try_get(0).map_err(StoreError::from))
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect()
     }
 

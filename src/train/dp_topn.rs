@@ -192,8 +192,10 @@ pub fn sample_ratings(
             }
         }
         if row.len() > cap {
-            row.partial_shuffle(rng, cap);
-            row.truncate(cap);
+            // `partial_shuffle` returns the `cap` chosen elements as its first slice
+            // (they sit at the END of the row): keep exactly those.
+            let (chosen, _) = row.partial_shuffle(rng, cap);
+            *row = chosen.to_vec();
         }
     }
     Ok(Sample {
@@ -347,6 +349,9 @@ pub struct DpTopN {
     /// Per-rating budget of the release when the ledger gives none; `None`: every rating
     /// takes full part and is charged what that costs.
     pub eps_r: Option<f64>,
+    /// Multiplies the plan's noise multiplier (>= 1): set by [`Trainer::scaled`] when the
+    /// service's lifetime plan needs more noise than this trainer's own `plan`.
+    pub noise_factor: f64,
 }
 
 impl Default for DpTopN {
@@ -369,6 +374,7 @@ impl Default for DpTopN {
             pop_weight: 0.0,
             delta_r: 1e-6,
             eps_r: None,
+            noise_factor: 1.0,
         }
     }
 }
@@ -422,6 +428,7 @@ impl DpTopN {
             pop_weight: p.non_negative("pop_weight", d.pop_weight)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
+            noise_factor: 1.0,
         };
         p.reject_unknown("dp-topn")?;
         if t.count_share.is_nan() || t.count_share >= 1.0 {
@@ -433,9 +440,10 @@ impl DpTopN {
         Ok(t)
     }
 
-    /// The per-release user-level multipliers `(z, z_c, z_g)` from the plan.
+    /// The per-release user-level multipliers `(z, z_c, z_g)` from the plan (times
+    /// `noise_factor`).
     pub fn multipliers(&self) -> Result<(f64, f64, f64), TrainError> {
-        let z = self.plan.noise_multiplier()?;
+        let z = self.plan.noise_multiplier()? * self.noise_factor;
         Ok((
             z,
             z / self.count_share.sqrt(),
@@ -671,7 +679,7 @@ impl Trainer for DpTopN {
             "k": self.k, "threshold": self.threshold,
             "solver": match self.solver { Solver::Svd { .. } => "svd", Solver::Ease { .. } => "ease" },
             "pop_weight": self.pop_weight, "delta_r": self.delta_r,
-            "eps_r": self.eps_r,
+            "eps_r": self.eps_r, "noise_factor": self.noise_factor,
         });
         v[solver_key] = solver_val;
         v
@@ -682,8 +690,36 @@ impl Trainer for DpTopN {
     }
 
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
-        let z = self.plan.noise_multiplier().ok()?;
+        let (z, _, _) = self.multipliers().ok()?;
         PrivacyEvent::gaussian(z, 1).ok()
+    }
+
+    /// The counts and the Gram are one Gaussian of multiplier `z` for the add/remove of a
+    /// whole user, whatever the user's number of ratings: the user's row is capped at
+    /// `cap` ratings and norm-clipped before it enters either sum, so `m` plays no part.
+    fn user_level_event(&self, _max_ratings: u64) -> Option<PrivacyEvent> {
+        self.planned_user_event()
+    }
+
+    /// A rating kept at RSM rate 1 costs the rating-level Gaussian of [`rating_multiplier`]
+    /// at `delta_r`; a rating sampled at a lower rate costs less.
+    fn rating_cap(&self) -> Option<f64> {
+        let (_, z_c, z_g) = self.multipliers().ok()?;
+        let z_r = rating_multiplier(z_c, z_g, &self.contribution);
+        rating_eps(1.0, z_r, self.delta_r).ok()
+    }
+
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        (factor.is_finite() && factor >= 1.0).then(|| {
+            Box::new(Self {
+                noise_factor: self.noise_factor * factor,
+                ..self.clone()
+            }) as Box<dyn Trainer>
+        })
+    }
+
+    fn publishes_popularity(&self) -> bool {
+        true
     }
 
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {

@@ -29,7 +29,7 @@ pub mod units;
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
-pub use ranker::Ranker;
+pub use ranker::{Ranker, StoredRanker};
 
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng::DpRng;
@@ -131,6 +131,12 @@ pub trait Trainer: Send + Sync {
     fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
         let _ = factor;
         None
+    }
+    /// Whether the fitted ranker carries its own DP counts (charged in the trainer's own
+    /// charges and user-level event), so the service publishes no separate DP popularity
+    /// for the release and spends no popularity eps on it.
+    fn publishes_popularity(&self) -> bool {
+        false
     }
     /// Trains on `data`; all randomness comes from `rng`.
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError>;

@@ -18,4 +18,5 @@ mod models;
 mod private_gd;
 mod ratings;
 mod recommend;
+mod topn;
 mod users;
