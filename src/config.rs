@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
-use crate::ledger::SharePolicy;
+use crate::ledger::{SharePolicy, SHARE_POLICY_FORMAT};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -113,8 +113,9 @@ pub struct BudgetSettings {
     pub default_rating_eps: f64,
     /// Largest accepted eps_ij.
     pub max_rating_eps: f64,
-    /// Share of eps_ij one release may spend: `fraction:F` or `split:K`.
-    pub share: String,
+    /// Share of eps_ij one release may spend: `fraction:F` or `split:K` (parsed when the
+    /// configuration is loaded).
+    pub share: SharePolicy,
     /// A rating whose remaining budget is below this is exhausted.
     pub min_release_eps: f64,
     /// Per-user RDP budget (eps_u, delta_u) of new users.
@@ -207,7 +208,7 @@ impl Default for BudgetSettings {
         Self {
             default_rating_eps: 1.0,
             max_rating_eps: 10.0,
-            share: "fraction:0.25".into(),
+            share: SharePolicy::Fraction(0.25),
             min_release_eps: 0.001,
             default_user_eps: 10.0,
             default_user_delta: 1e-6,
@@ -261,8 +262,8 @@ impl Settings {
         vars: impl Iterator<Item = (String, String)>,
     ) -> anyhow::Result<Self> {
         let from_env = apply_env(&mut tree, vars)?;
-        let s: Settings = toml::Value::Table(tree)
-            .try_into()
+        // The error names the key (`budget.share: ...`).
+        let s: Settings = serde_path_to_error::deserialize(toml::Value::Table(tree))
             .map_err(|e| with_env_hint(anyhow::Error::new(e), &from_env))
             .context("invalid configuration")?;
         s.validate().map_err(|e| with_env_hint(e, &from_env))?;
@@ -273,7 +274,6 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.bind_addr()?;
         self.scale()?;
-        self.share_policy()?;
         let b = &self.budget;
         let pos = |name: &str, v: f64| -> anyhow::Result<()> {
             if !(v.is_finite() && v > 0.0) {
@@ -345,10 +345,6 @@ impl Settings {
         RatingScale::new(self.ratings.min, self.ratings.max, self.ratings.step)
             .map_err(|e| anyhow::anyhow!("ratings: {e}"))
     }
-
-    pub fn share_policy(&self) -> anyhow::Result<SharePolicy> {
-        SharePolicy::parse(&self.budget.share).map_err(|e| anyhow::anyhow!("budget.share: {e}"))
-    }
 }
 
 /// A configuration value set from the environment.
@@ -376,7 +372,7 @@ const SECTIONS: [&str; 7] = [
 fn expected_format(key: &str) -> Option<&'static str> {
     Some(match key {
         "server.bind" => "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080",
-        "budget.share" => "fraction:F (0 < F <= 1) or split:K (K >= 1)",
+        "budget.share" => SHARE_POLICY_FORMAT,
         "database.url" => "sqlite://FILE or postgres://USER@HOST:PORT/DB",
         "auth.mode" => "keys or disabled",
         _ => return None,
@@ -557,9 +553,19 @@ mod tests {
     fn unknown_keys_and_bad_values_are_rejected() {
         let t: toml::Table = "[server]\nbindd = \"x\"\n".parse().unwrap();
         assert!(toml::Value::Table(t).try_into::<Settings>().is_err());
-        let mut s = Settings::default();
-        s.budget.share = "half".into();
-        assert!(s.validate().is_err());
+        // A bad share policy fails when the file is loaded, naming the key and the form.
+        for bad in ["\"half\"", "\"fraction:1.5\"", "\"split:0\"", "0.25"] {
+            let t: toml::Table = format!("[budget]\nshare = {bad}\n").parse().unwrap();
+            let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("budget.share") && e.contains("fraction:F (0 < F <= 1)"),
+                "{bad}: {e}"
+            );
+        }
+        let t: toml::Table = "[budget]\nshare = \"split:4\"\n".parse().unwrap();
+        let s = Settings::from_tree_and_env(t, std::iter::empty()).unwrap();
+        assert_eq!(s.budget.share, SharePolicy::Split(4));
         let mut s = Settings::default();
         s.budget.default_user_delta = 1.0;
         assert!(s.validate().is_err());

@@ -28,6 +28,8 @@ pub mod release;
 pub use release as retrain;
 pub mod rng;
 pub mod serve;
+#[cfg(test)]
+mod shape_tests;
 pub mod startup;
 pub mod store;
 pub mod train;

@@ -220,6 +220,43 @@ fn http_server(
     Ok(server)
 }
 
+/// What a previous run left behind: its trainer lease, when this instance ran it (taken
+/// over at once), and the jobs of runs that died (marked failed).
+async fn recover_jobs(
+    store: &Store,
+    settings: &Settings,
+    retrainer: &Retrainer,
+) -> anyhow::Result<()> {
+    let started_ms = crate::store::now_ms();
+    if let Some(instance) = settings.instance_id() {
+        if store
+            .take_over_own_lease(&instance, retrainer.holder())
+            .await?
+        {
+            // The previous run of this instance died holding the lease: its running
+            // jobs will never finish (nothing of theirs was committed, or they would
+            // be finished).
+            let n = store
+                .fail_running_jobs(
+                    started_ms,
+                    "abandoned: the instance running it stopped (taken over at restart)",
+                )
+                .await?;
+            log::warn!(
+                "took over the trainer lease left by a previous run of {instance}; \
+                 marked {n} of its job(s) failed"
+            );
+        }
+    }
+    let abandoned = store
+        .fail_abandoned_jobs(settings.scheduler.lease_secs)
+        .await?;
+    if abandoned > 0 {
+        log::warn!("marked {abandoned} abandoned retrain job(s) as failed");
+    }
+    Ok(())
+}
+
 impl Application {
     /// Builds the service. `trainer`: `None` builds the configured one by name.
     pub async fn build(
@@ -265,33 +302,7 @@ impl Application {
             metrics.clone(),
             hooks,
         )?);
-        let started_ms = crate::store::now_ms();
-        if let Some(instance) = settings.instance_id() {
-            if store
-                .take_over_own_lease(&instance, retrainer.holder())
-                .await?
-            {
-                // The previous run of this instance died holding the lease: its running
-                // jobs will never finish (nothing of theirs was committed, or they would
-                // be finished).
-                let n = store
-                    .fail_running_jobs(
-                        started_ms,
-                        "abandoned: the instance running it stopped (taken over at restart)",
-                    )
-                    .await?;
-                log::warn!(
-                    "took over the trainer lease left by a previous run of {instance}; \
-                     marked {n} of its job(s) failed"
-                );
-            }
-        }
-        let abandoned = store
-            .fail_abandoned_jobs(settings.scheduler.lease_secs)
-            .await?;
-        if abandoned > 0 {
-            log::warn!("marked {abandoned} abandoned retrain job(s) as failed");
-        }
+        recover_jobs(&store, &settings, &retrainer).await?;
         if let Some(id) = retrainer.load_latest().await? {
             log::info!("serving release {id} from the store");
         }

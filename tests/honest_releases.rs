@@ -26,7 +26,7 @@ fn default_params() -> PlanParams {
     .unwrap();
     let c = units::calibrate_release(trainer.as_ref(), &life, M, s.budget.popularity_eps).unwrap();
     PlanParams {
-        policy: s.share_policy().unwrap(),
+        policy: s.budget.share,
         min_release_eps: s.budget.min_release_eps,
         popularity_eps: c.popularity_eps,
         user_event: Some(c.user_event),

@@ -117,30 +117,14 @@ pub fn calibrate_noise<F>(
 where
     F: Fn(f64) -> Result<RdpCurve, AccountantError>,
 {
-    if !(lo.is_finite() && lo > 0.0) {
-        return Err(invalid("lo", lo, "finite and > 0"));
-    }
-    if !(hi.is_finite() && hi > lo) {
-        return Err(invalid("hi", hi, "finite and > lo"));
-    }
-    if !plan.fits(&family(hi)?)? {
-        return Err(invalid(
-            "hi",
-            hi,
-            "large enough that the planned releases fit the user budget",
-        ));
-    }
-    if plan.fits(&family(lo)?)? {
-        return Ok(lo);
-    }
-    bisect_fitting_end(plan, lo, hi, &family, true)
+    calibrate_monotone(plan, lo, hi, &family, true)
 }
 
-/// Bisection in log space between a non-fitting and a fitting end of `[lo, hi]`, to a
-/// relative width of `1e-9`; returns a value that fits. `fits_high`: the fitting end is
-/// `hi` (cost falls as `x` grows), else `lo`. Shared by [`calibrate_noise`] and
-/// [`calibrate_budget`], so the one search is written (and tested) once.
-fn bisect_fitting_end<F>(
+/// The calibration of [`calibrate_noise`] (`fits_high`: the cost falls as `x` grows)
+/// and [`calibrate_budget`] (it grows), written (and tested) once: checks the bracket,
+/// requires its fitting end to fit, returns the other end when that fits too, else
+/// bisects between them and returns a value that fits.
+fn calibrate_monotone<F>(
     plan: &LifetimePlan,
     lo: f64,
     hi: f64,
@@ -150,6 +134,31 @@ fn bisect_fitting_end<F>(
 where
     F: Fn(f64) -> Result<RdpCurve, AccountantError>,
 {
+    if !(lo.is_finite() && lo > 0.0) {
+        return Err(invalid("lo", lo, "finite and > 0"));
+    }
+    if !(hi.is_finite() && hi > lo) {
+        return Err(invalid("hi", hi, "finite and > lo"));
+    }
+    let (fitting, other) = if fits_high { (hi, lo) } else { (lo, hi) };
+    if !plan.fits(&family(fitting)?)? {
+        let (name, requirement) = if fits_high {
+            (
+                "hi",
+                "large enough that the planned releases fit the user budget",
+            )
+        } else {
+            (
+                "lo",
+                "small enough that the planned releases fit the user budget",
+            )
+        };
+        return Err(invalid(name, fitting, requirement));
+    }
+    if plan.fits(&family(other)?)? {
+        return Ok(other);
+    }
+    // Bisection in log space between the two ends, to a relative width of 1e-9.
     let (mut a, mut b) = (lo.ln(), hi.ln());
     while b - a > 1e-9 {
         let mid = 0.5 * (a + b);
@@ -182,23 +191,7 @@ pub fn calibrate_budget<F>(
 where
     F: Fn(f64) -> Result<RdpCurve, AccountantError>,
 {
-    if !(lo.is_finite() && lo > 0.0) {
-        return Err(invalid("lo", lo, "finite and > 0"));
-    }
-    if !(hi.is_finite() && hi > lo) {
-        return Err(invalid("hi", hi, "finite and > lo"));
-    }
-    if !plan.fits(&family(lo)?)? {
-        return Err(invalid(
-            "lo",
-            lo,
-            "small enough that the planned releases fit the user budget",
-        ));
-    }
-    if plan.fits(&family(hi)?)? {
-        return Ok(hi);
-    }
-    bisect_fitting_end(plan, lo, hi, &family, false)
+    calibrate_monotone(plan, lo, hi, &family, false)
 }
 
 /// The Gaussian noise multiplier z such that `plan.releases` releases of `per_release`

@@ -133,46 +133,45 @@ pub struct ComposeArgs {
     pub target: Target,
 }
 
-fn parse_f64(s: &str) -> Result<f64, String> {
-    s.trim()
+/// Why a number on the command line was refused.
+#[derive(Debug, thiserror::Error)]
+enum ArgError {
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    #[error("must be {requirement}, got {value}")]
+    OutOfRange {
+        value: f64,
+        requirement: &'static str,
+    },
+}
+
+/// A number that `ok` accepts; `requirement` says which ones do.
+fn parse_where(s: &str, requirement: &'static str, ok: fn(f64) -> bool) -> Result<f64, ArgError> {
+    let value = s
+        .trim()
         .parse::<f64>()
-        .map_err(|_| format!("`{s}` is not a number"))
-}
-
-fn parse_positive(s: &str) -> Result<f64, String> {
-    let v = parse_f64(s)?;
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
+        .map_err(|_| ArgError::NotANumber(s.to_owned()))?;
+    if ok(value) {
+        Ok(value)
     } else {
-        Err(format!("must be finite and > 0, got {v}"))
+        Err(ArgError::OutOfRange { value, requirement })
     }
 }
 
-fn parse_nonneg(s: &str) -> Result<f64, String> {
-    let v = parse_f64(s)?;
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("must be finite and >= 0, got {v}"))
-    }
+fn parse_positive(s: &str) -> Result<f64, ArgError> {
+    parse_where(s, "finite and > 0", |v| v.is_finite() && v > 0.0)
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let v = parse_f64(s)?;
-    if (0.0..=1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("must be in [0, 1], got {v}"))
-    }
+fn parse_nonneg(s: &str) -> Result<f64, ArgError> {
+    parse_where(s, "finite and >= 0", |v| v.is_finite() && v >= 0.0)
 }
 
-fn parse_delta(s: &str) -> Result<f64, String> {
-    let v = parse_f64(s)?;
-    if v > 0.0 && v < 1.0 {
-        Ok(v)
-    } else {
-        Err(format!("must be in (0, 1), got {v}"))
-    }
+fn parse_rate(s: &str) -> Result<f64, ArgError> {
+    parse_where(s, "in [0, 1]", |v| (0.0..=1.0).contains(&v))
+}
+
+fn parse_delta(s: &str) -> Result<f64, ArgError> {
+    parse_where(s, "in (0, 1)", |v| v > 0.0 && v < 1.0)
 }
 
 /// One point of the printed RDP curve.

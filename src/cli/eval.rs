@@ -174,10 +174,30 @@ fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
     Ok((folds, scale))
 }
 
+/// A trainer to cross-validate: its spec on the command line, the trainer, and the
+/// sweep point it stands for.
+type Job = (String, Box<dyn train::Trainer>, Option<SweepPoint>);
+
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     super::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
     let sweep = parse_sweep(&args)?;
     // Build every trainer first, so a bad parameter fails before any work is done.
+    let jobs = build_jobs(&args, &sweep)?;
+    let (folds, scale) = load_folds(&args)?;
+    let runs = run_jobs(&args, jobs, &folds, scale)?;
+    print_table(&runs);
+    let report = EvalReport {
+        data: args.data.display().to_string(),
+        folds: args.folds,
+        seed: args.seed,
+        runs,
+    };
+    write_outputs(&args, &report)
+}
+
+/// The trainers of `--trainer` (and `--references`), one per sweep point where the
+/// trainer has the swept parameter.
+fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     let mut specs = args.trainers.clone();
     if args.references {
@@ -187,10 +207,6 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let ranking = (!args.no_ranking).then(|| eval::RankingConfig {
-        max_users: args.rank_users,
-        ..eval::RankingConfig::default()
-    });
     for (n, spec) in specs.iter().enumerate() {
         let (name, own) = parse_trainer(spec);
         // References added by --references run with their own defaults, once.
@@ -198,7 +214,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         // The trainer's own parameters come last, so they override the shared ones.
         let shared: &[String] = if reference { &[] } else { &args.params };
         let base = Params::parse(&[shared, own.as_slice()].concat())?;
-        let sweep = if reference { &None } else { &sweep };
+        let sweep = if reference { &None } else { sweep };
         let Some((key, values)) = sweep else {
             let trainer =
                 train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
@@ -229,7 +245,20 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let (folds, scale) = load_folds(&args)?;
+    Ok(jobs)
+}
+
+/// Cross-validates every job on `folds`, with a progress bar and a line per fold.
+fn run_jobs(
+    args: &EvalArgs,
+    jobs: Vec<Job>,
+    folds: &[Fold],
+    scale: RatingScale,
+) -> anyhow::Result<Vec<RunReport>> {
+    let ranking = (!args.no_ranking).then(|| eval::RankingConfig {
+        max_users: args.rank_users,
+        ..eval::RankingConfig::default()
+    });
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -251,7 +280,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         let report = eval::cross_validate(
             trainer.as_ref(),
             &spec,
-            &folds,
+            folds,
             scale,
             args.seed,
             point,
@@ -274,12 +303,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         runs.push(report);
     }
     bar.finish_and_clear();
+    Ok(runs)
+}
 
+/// The summary table on stdout, a line per run.
+fn print_table(runs: &[RunReport]) {
     println!(
         "{:<40} {:>16} {:>16} {:>16} {:>8} {:>8} {:>7} {:>8} {:>16}",
         "trainer", "RMSE", "MAE", "NDCG@10", "P@10", "R@10", "cov", "pop", "train s/fold"
     );
-    for r in &runs {
+    for r in runs {
         let label = match &r.sweep {
             Some(s) => format!("{} {}={}", r.label, s.param, s.value),
             None => r.label.clone(),
@@ -301,15 +334,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             r.std.train_seconds
         );
     }
-    let report = EvalReport {
-        data: args.data.display().to_string(),
-        folds: args.folds,
-        seed: args.seed,
-        runs,
-    };
+}
+
+/// The JSON report (`--out`) and the plot (`--plot`), when asked for.
+fn write_outputs(args: &EvalArgs, report: &EvalReport) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         super::create_parent(path)?;
-        let json = serde_json::to_string_pretty(&report)?;
+        let json = serde_json::to_string_pretty(report)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.plot {

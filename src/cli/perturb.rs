@@ -168,39 +168,23 @@ pub fn run(args: PerturbArgs) -> anyhow::Result<()> {
         bar.set_position(read.min(size));
         bar.set_message(format!("{n} ratings"));
     };
-    let n = match &args.out {
-        Some(path) => {
-            let mut w = BufWriter::new(
-                File::create(path).with_context(|| format!("creating {}", path.display()))?,
-            );
-            perturb_stream(
-                input,
-                format,
-                &perturber,
-                args.output,
-                args.batch,
-                args.limit,
-                &mut rng,
-                &mut w,
-                progress,
-            )?
-        }
-        None => {
-            let stdout = std::io::stdout();
-            let mut w = BufWriter::new(stdout.lock());
-            perturb_stream(
-                input,
-                format,
-                &perturber,
-                args.output,
-                args.batch,
-                args.limit,
-                &mut rng,
-                &mut w,
-                progress,
-            )?
-        }
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(BufWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
+    let n = perturb_stream(
+        input,
+        format,
+        &perturber,
+        args.output,
+        args.batch,
+        args.limit,
+        &mut rng,
+        &mut out,
+        progress,
+    )?;
     bar.finish_and_clear();
     eprintln!(
         "perturbed {n} ratings from {} at local eps {} (bounded Laplace, b = {}) in {:.1} s",

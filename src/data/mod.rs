@@ -27,7 +27,7 @@ pub enum DataError {
     Malformed {
         path: String,
         line: usize,
-        reason: String,
+        reason: movielens::LineError,
     },
     #[error("{0}")]
     Invalid(String),

@@ -47,8 +47,7 @@ impl Format {
             Err(DataError::Malformed {
                 path: path.display().to_string(),
                 line: 1,
-                reason: "cannot tell the format: expected tab, '::' or comma separated fields"
-                    .into(),
+                reason: LineError::UnknownFormat,
             })
         }
     }
@@ -63,9 +62,30 @@ pub struct RawRating<'a> {
     pub timestamp: Option<i64>,
 }
 
+/// Why a line of a ratings file is malformed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LineError {
+    #[error("cannot tell the format: expected tab, '::' or comma separated fields")]
+    UnknownFormat,
+    #[error("expected 4 fields (user, item, rating, timestamp), found {0}")]
+    FieldCount(usize),
+    #[error("empty user id")]
+    EmptyUser,
+    #[error("empty item id")]
+    EmptyItem,
+    #[error("rating {0:?} is not a number")]
+    NotANumber(String),
+    #[error("rating {0:?} is not finite")]
+    NotFinite(String),
+    #[error("timestamp {0:?} is not an integer")]
+    BadTimestamp(String),
+    #[error("rating {value} is outside the scale [{min}, {max}]")]
+    OutsideScale { value: f32, min: f64, max: f64 },
+}
+
 /// Parses one data line. `Ok(None)` means the line carries no rating (blank, or the CSV
 /// header); `Err` gives the reason the line is malformed.
-pub fn parse_line(format: Format, line: &str) -> Result<Option<RawRating<'_>>, String> {
+pub fn parse_line(format: Format, line: &str) -> Result<Option<RawRating<'_>>, LineError> {
     let line = line.trim_end_matches(['\r', '\n']);
     if line.trim().is_empty() {
         return Ok(None);
@@ -81,31 +101,28 @@ pub fn parse_line(format: Format, line: &str) -> Result<Option<RawRating<'_>>, S
         }
     };
     if fields.len() < 3 || fields.len() > 4 {
-        return Err(format!(
-            "expected 4 fields (user, item, rating, timestamp), found {}",
-            fields.len()
-        ));
+        return Err(LineError::FieldCount(fields.len()));
     }
     let user = fields[0].trim();
     let item = fields[1].trim();
     if user.is_empty() {
-        return Err("empty user id".into());
+        return Err(LineError::EmptyUser);
     }
     if item.is_empty() {
-        return Err("empty item id".into());
+        return Err(LineError::EmptyItem);
     }
     let value: f32 = fields[2]
         .trim()
         .parse()
-        .map_err(|_| format!("rating {:?} is not a number", fields[2]))?;
+        .map_err(|_| LineError::NotANumber(fields[2].to_owned()))?;
     if !value.is_finite() {
-        return Err(format!("rating {:?} is not finite", fields[2]));
+        return Err(LineError::NotFinite(fields[2].to_owned()));
     }
     let timestamp = match fields.get(3).map(|t| t.trim()) {
         None | Some("") => None,
         Some(t) => Some(
             t.parse::<i64>()
-                .map_err(|_| format!("timestamp {t:?} is not an integer"))?,
+                .map_err(|_| LineError::BadTimestamp(t.to_owned()))?,
         ),
     };
     Ok(Some(RawRating {
@@ -130,7 +147,7 @@ pub fn read_into(
     let mut n = 0;
     for (k, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| io_err(path, e))?;
-        let malformed = |reason: String| DataError::Malformed {
+        let malformed = |reason: LineError| DataError::Malformed {
             path: path.display().to_string(),
             line: k + 1,
             reason,
@@ -140,10 +157,11 @@ pub fn read_into(
         };
         if let Some(s) = scale {
             if !s.contains(raw.value as f64) {
-                return Err(malformed(format!(
-                    "rating {} is outside the scale [{}, {}]",
-                    raw.value, s.min, s.max
-                )));
+                return Err(malformed(LineError::OutsideScale {
+                    value: raw.value,
+                    min: s.min,
+                    max: s.max,
+                }));
             }
         }
         let u = users.intern(raw.user);

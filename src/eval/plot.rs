@@ -62,24 +62,11 @@ const COLORS: [RGBColor; 6] = [
 /// A line of points (x, mean, sd) with its legend label.
 type Series = (String, Vec<(f64, f64, f64)>);
 
-/// Writes an SVG plot of `runs` to `path`.
-pub fn write_svg(
-    runs: &[RunReport],
-    title: &str,
-    path: &Path,
-    metric: Metric,
-) -> anyhow::Result<()> {
-    let with_metric: Vec<RunReport> = runs
-        .iter()
-        .filter(|r| metric.of_summary(&r.mean).is_finite())
-        .cloned()
-        .collect();
-    let runs = with_metric.as_slice();
-    let swept = runs
-        .iter()
-        .find_map(|r| r.sweep.as_ref().map(|s| s.param.clone()));
-    let (x_label, mut series) = match &swept {
-        Some(param) => (param.clone(), sweep_series(runs, metric)),
+/// The x axis label and the lines of the plot: per sweep point (with runs that lack the
+/// swept parameter as flat reference lines), or per fold without a sweep.
+fn plot_series(runs: &[RunReport], metric: Metric, swept: Option<&str>) -> (String, Vec<Series>) {
+    let (x_label, mut series) = match swept {
+        Some(param) => (param.to_owned(), sweep_series(runs, metric)),
         None => ("fold".to_owned(), fold_series(runs, metric)),
     };
     // In a sweep, runs without the swept parameter (e.g. non-private baselines) are
@@ -100,6 +87,26 @@ pub fn write_svg(
             ));
         }
     }
+    (x_label, series)
+}
+
+/// Writes an SVG plot of `runs` to `path`.
+pub fn write_svg(
+    runs: &[RunReport],
+    title: &str,
+    path: &Path,
+    metric: Metric,
+) -> anyhow::Result<()> {
+    let with_metric: Vec<RunReport> = runs
+        .iter()
+        .filter(|r| metric.of_summary(&r.mean).is_finite())
+        .cloned()
+        .collect();
+    let runs = with_metric.as_slice();
+    let swept = runs
+        .iter()
+        .find_map(|r| r.sweep.as_ref().map(|s| s.param.clone()));
+    let (x_label, series) = plot_series(runs, metric, swept.as_deref());
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.0))

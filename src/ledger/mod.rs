@@ -13,7 +13,9 @@ use crate::accountant::{
     compose_events, default_orders, AccountantError, PrivacyEvent, RdpCurve, RenyiFilter,
 };
 
-/// How much of a rating's lifetime eps_ij one release may spend.
+/// How much of a rating's lifetime eps_ij one release may spend. Parsed once, from the
+/// configuration's `budget.share` (`fraction:F` or `split:K`), and written back in the
+/// same form.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SharePolicy {
     /// `F * eps_ij` per release (capped by what remains), `0 < F <= 1`.
@@ -22,20 +24,41 @@ pub enum SharePolicy {
     Split(u32),
 }
 
+/// The textual form of a [`SharePolicy`], for error messages.
+pub const SHARE_POLICY_FORMAT: &str = "fraction:F (0 < F <= 1) or split:K (K >= 1)";
+
+/// Why a share policy did not parse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SharePolicyError {
+    #[error("{0:?}: expected fraction:F or split:K")]
+    NoKind(String),
+    #[error("unknown share policy {0:?}")]
+    UnknownKind(String),
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("fraction {0} must be in (0, 1]")]
+    FractionOutOfRange(f64),
+    #[error("{0:?} is not a positive integer")]
+    NotAnInteger(String),
+    #[error("split:K needs K >= 1")]
+    ZeroSplit,
+}
+
 impl SharePolicy {
-    /// Parses `fraction:F` or `split:K`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    /// Parses `fraction:F` or `split:K` (white space around the kind and the number is
+    /// allowed).
+    pub fn parse(s: &str) -> Result<Self, SharePolicyError> {
         let (kind, arg) = s
             .split_once(':')
-            .ok_or_else(|| format!("{s:?}: expected fraction:F or split:K"))?;
+            .ok_or_else(|| SharePolicyError::NoKind(s.into()))?;
         match kind.trim() {
             "fraction" => {
                 let f: f64 = arg
                     .trim()
                     .parse()
-                    .map_err(|_| format!("{arg:?} is not a number"))?;
+                    .map_err(|_| SharePolicyError::NotANumber(arg.into()))?;
                 if !(f > 0.0 && f <= 1.0) {
-                    return Err(format!("fraction {f} must be in (0, 1]"));
+                    return Err(SharePolicyError::FractionOutOfRange(f));
                 }
                 Ok(Self::Fraction(f))
             }
@@ -43,13 +66,13 @@ impl SharePolicy {
                 let k: u32 = arg
                     .trim()
                     .parse()
-                    .map_err(|_| format!("{arg:?} is not a positive integer"))?;
+                    .map_err(|_| SharePolicyError::NotAnInteger(arg.into()))?;
                 if k == 0 {
-                    return Err("split:K needs K >= 1".into());
+                    return Err(SharePolicyError::ZeroSplit);
                 }
                 Ok(Self::Split(k))
             }
-            other => Err(format!("unknown share policy {other:?}")),
+            other => Err(SharePolicyError::UnknownKind(other.into())),
         }
     }
 
@@ -59,6 +82,46 @@ impl SharePolicy {
             Self::Fraction(f) => f * eps,
             Self::Split(k) => eps / k as f64,
         }
+    }
+}
+
+impl std::str::FromStr for SharePolicy {
+    type Err = SharePolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// The form [`SharePolicy::parse`] reads (`fraction:0.25`, `split:4`).
+impl std::fmt::Display for SharePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fraction(x) => write!(f, "fraction:{x}"),
+            Self::Split(k) => write!(f, "split:{k}"),
+        }
+    }
+}
+
+impl serde::Serialize for SharePolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SharePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = SharePolicy;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(SHARE_POLICY_FORMAT)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SharePolicy, E> {
+                SharePolicy::parse(v)
+                    .map_err(|e| E::custom(format!("{e}; expected {SHARE_POLICY_FORMAT}")))
+            }
+        }
+        d.deserialize_str(Text)
     }
 }
 
@@ -120,6 +183,22 @@ pub struct UserBudget {
     pub eps: f64,
     pub delta: f64,
     pub consumed: RdpCurve,
+}
+
+impl UserBudget {
+    /// Whether the user's Renyi filter `(eps, delta)` admits `events` on top of what the
+    /// user has consumed.
+    pub fn admits(&self, events: &[PrivacyEvent]) -> Result<bool, AccountantError> {
+        RenyiFilter::with_default_orders(self.eps, self.delta)?
+            .admits(&self.consumed, &user_cost(events)?)
+    }
+
+    /// The user's consumed curve after charging `events`, or `None` when the user's
+    /// Renyi filter does not admit them (nothing is charged then).
+    pub fn charge(&self, events: &[PrivacyEvent]) -> Result<Option<RdpCurve>, AccountantError> {
+        RenyiFilter::with_default_orders(self.eps, self.delta)?
+            .try_charge(&self.consumed, &user_cost(events)?)
+    }
 }
 
 /// Why a rating or user takes no part in a release.
@@ -221,10 +300,7 @@ pub fn plan(
         };
         // The same constant for every user: nothing about the user's ratings enters.
         let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
-        let verdict = RenyiFilter::with_default_orders(budget.eps, budget.delta)
-            .and_then(|f| f.admits(&budget.consumed, &user_cost(&events)?))
-            .map_err(|e| e.to_string());
-        match verdict {
+        match budget.admits(&events).map_err(|e| e.to_string()) {
             Ok(true) => out.admitted.extend(admitted),
             Ok(false) => {
                 out.users_excluded
@@ -251,6 +327,11 @@ mod tests {
             Ok(SharePolicy::Fraction(0.25))
         );
         assert_eq!(SharePolicy::parse("split:4"), Ok(SharePolicy::Split(4)));
+        // The textual form is what parse reads back (configuration round trip).
+        for p in [SharePolicy::Fraction(0.25), SharePolicy::Split(4)] {
+            assert_eq!(SharePolicy::parse(&p.to_string()), Ok(p));
+        }
+        assert_eq!(SharePolicy::parse(" split : 3 "), Ok(SharePolicy::Split(3)));
         for bad in [
             "fraction:0",
             "fraction:1.5",

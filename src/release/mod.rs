@@ -17,7 +17,9 @@ use crate::data::RatingScale;
 use crate::ledger::SharePolicy;
 use crate::metrics::Metrics;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
-use crate::store::{commit_release, now_ms, CommitError, InsideTxHook, Store, StoreError};
+use crate::store::{
+    commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook, Store, StoreError,
+};
 use crate::train::{Guarantee, TrainError, Trainer};
 use steps::{Admission, RecordInput, TrainingSet};
 
@@ -25,7 +27,7 @@ use steps::{Admission, RecordInput, TrainingSet};
 #[derive(Clone, Default)]
 pub struct Hooks {
     /// Called after training, before the ledger transaction starts.
-    pub before_commit: Option<Arc<dyn Fn() -> Result<(), String> + Send + Sync>>,
+    pub before_commit: Option<Arc<dyn Fn() -> Result<(), InjectedFailure> + Send + Sync>>,
     /// Called inside the ledger transaction after every write, before COMMIT.
     pub inside_commit: Option<Arc<InsideTxHook>>,
 }
@@ -47,7 +49,7 @@ pub struct ReleaseConfig {
 impl ReleaseConfig {
     pub fn from_settings(s: &Settings) -> anyhow::Result<Self> {
         Ok(Self {
-            policy: s.share_policy()?,
+            policy: s.budget.share,
             scale: s.scale()?,
             min_release_eps: s.budget.min_release_eps,
             popularity_eps: s.budget.popularity_eps,
@@ -115,7 +117,7 @@ pub enum ReleaseError {
     #[error("calibration to the release plan: {0}")]
     Calibration(String),
     #[error("injected failure before commit: {0}")]
-    Injected(String),
+    Injected(InjectedFailure),
     #[error("the trained model cannot be served: {0}")]
     Unservable(String),
     #[error("ledger commit: {0}")]

@@ -36,20 +36,17 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> Result<(i64, Vec<RatingAuditRow>), StoreError> {
-        let total: i64 = sqlx::query("SELECT COUNT(*) FROM ratings WHERE user_id = $1")
-            .bind(user)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        let rows = sqlx::query(
-            "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 END, \
-             origin FROM ratings WHERE user_id = $1 ORDER BY item_id LIMIT $2 OFFSET $3",
-        )
-        .bind(user)
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
+        let total = self.count_of_user("ratings", user).await?;
+        let rows = self
+            .page_of_user(
+                "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 \
+                 END, origin FROM ratings WHERE user_id = $1 ORDER BY item_id \
+                 LIMIT $2 OFFSET $3",
+                user,
+                limit,
+                offset,
+            )
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let deleted: i64 = r.try_get(4)?;
@@ -72,20 +69,16 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> Result<(i64, Vec<UserReleaseCharge>), StoreError> {
-        let total: i64 = sqlx::query("SELECT COUNT(*) FROM user_charges WHERE user_id = $1")
-            .bind(user)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        let rows = sqlx::query(
-            "SELECT release_id, events, admitted_order FROM user_charges WHERE user_id = $1 \
-             ORDER BY release_id DESC LIMIT $2 OFFSET $3",
-        )
-        .bind(user)
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
+        let total = self.count_of_user("user_charges", user).await?;
+        let rows = self
+            .page_of_user(
+                "SELECT release_id, events, admitted_order FROM user_charges \
+                 WHERE user_id = $1 ORDER BY release_id DESC LIMIT $2 OFFSET $3",
+                user,
+                limit,
+                offset,
+            )
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let id: i64 = r.try_get(0)?;
@@ -112,5 +105,32 @@ impl Store {
             });
         }
         Ok((total, out))
+    }
+
+    /// The number of rows of `table` (a constant name) that belong to `user`.
+    async fn count_of_user(&self, table: &'static str, user: &str) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query(&format!("SELECT COUNT(*) FROM {table} WHERE user_id = $1"))
+                .bind(user)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get(0)?,
+        )
+    }
+
+    /// One page of `sql`, whose binds are the user ($1), the limit ($2) and the offset ($3).
+    async fn page_of_user(
+        &self,
+        sql: &'static str,
+        user: &str,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
+        Ok(sqlx::query(sql)
+            .bind(user)
+            .bind(limit)
+            .bind(offset)
+            .fetch_all(&self.pool)
+            .await?)
     }
 }

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
-use crate::accountant::RenyiFilter;
-use crate::ledger::{pure_events, user_cost};
+use crate::ledger::{pure_events, UserBudget};
 
 /// Rows per lookup of existing pairs (2 binds per row).
 const PAIR_CHUNK: usize = 400;
@@ -84,22 +83,24 @@ pub(super) async fn charge_users(
         .fetch_one(&mut **tx)
         .await?;
         let (budget_eps, budget_delta): (f64, f64) = (row.try_get(0)?, row.try_get(1)?);
-        let consumed = parse_curve(&row.try_get::<String, _>(2)?)?;
-        let bad = |e: String| StoreError::Corrupt(format!("accounting user {user:?}: {e}"));
-        let cost = user_cost(&pure_events(eps.iter().copied())).map_err(|e| bad(e.to_string()))?;
-        let filter = RenyiFilter::with_default_orders(budget_eps, budget_delta)
-            .map_err(|e| bad(e.to_string()))?;
-        if !filter
-            .admits(&consumed, &cost)
-            .map_err(|e| bad(e.to_string()))?
-        {
-            return Err(StoreError::Conflict(format!(
-                "user {user:?}: the local eps of these LDP ratings ({}) exceeds what the \
-                 user's budget (eps {budget_eps}, delta {budget_delta}) has left",
-                eps.iter().sum::<f64>()
-            )));
-        }
-        let next = consumed.compose(&cost).map_err(|e| bad(e.to_string()))?;
+        let budget = UserBudget {
+            eps: budget_eps,
+            delta: budget_delta,
+            consumed: parse_curve(&row.try_get::<String, _>(2)?)?,
+        };
+        let next = budget
+            .charge(&pure_events(eps.iter().copied()))
+            .map_err(|source| StoreError::Accounting {
+                user: user.to_owned(),
+                source,
+            })?
+            .ok_or_else(|| {
+                StoreError::Conflict(format!(
+                    "user {user:?}: the local eps of these LDP ratings ({}) exceeds what the \
+                     user's budget (eps {budget_eps}, delta {budget_delta}) has left",
+                    eps.iter().sum::<f64>()
+                ))
+            })?;
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))

@@ -150,10 +150,34 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     #[error("{0}")]
     Corrupt(String),
+    /// The accountant rejected a user's stored budget or consumed curve (corrupt state).
+    #[error("accounting user {user:?}: {source}")]
+    Accounting {
+        user: String,
+        source: crate::accountant::AccountantError,
+    },
     /// The request conflicts with the stored state (e.g. an LDP rating for a pair that
     /// is already rated, or a user budget that cannot take an LDP charge).
     #[error("{0}")]
     Conflict(String),
+}
+
+/// A failure injected by a crash test's hook (e.g. `release::Hooks::before_commit`); the
+/// message says what was simulated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InjectedFailure(pub String);
+
+impl From<&str> for InjectedFailure {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+impl From<String> for InjectedFailure {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
 }
 
 #[derive(Clone)]

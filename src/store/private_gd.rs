@@ -3,9 +3,10 @@
 
 use sqlx::Row;
 
-use super::{curve_json, now_ms, parse_curve, Defaults, Store, StoreError};
-use crate::accountant::{compose_events, default_orders, PrivacyEvent, RenyiFilter};
+use super::{curve_json, now_ms, parse_curve, Defaults, Store, StoreError, Tx};
+use crate::accountant::PrivacyEvent;
 use crate::ldp::private_gd::Report;
+use crate::ledger::UserBudget;
 
 /// A stored round.
 #[derive(Debug, Clone)]
@@ -87,17 +88,13 @@ impl Store {
             .collect()
     }
 
-    /// Stores one report and charges its user `PureDp { eps_round }` in one transaction
-    /// under the commit lock: the round must be open, the report must fit it, the user
-    /// must not have reported in it, and the user's Renyi filter must admit the charge.
-    /// A user without a row is created with the service defaults.
-    pub async fn submit_ldp_report(
+    /// Locks the report's round: it must exist and be open, and the report must fit its
+    /// dimensions. Returns the round's id and its per-report eps.
+    async fn lock_open_round(
         &self,
-        user: &str,
+        tx: &mut Tx,
         report: &Report,
-        defaults: Defaults,
-    ) -> Result<f64, ReportError> {
-        let mut tx = self.begin_exclusive().await?;
+    ) -> Result<(i64, f64), ReportError> {
         let round =
             i64::try_from(report.round).map_err(|_| ReportError::UnknownRound(report.round))?;
         let row = sqlx::query(&format!(
@@ -105,7 +102,7 @@ impl Store {
             self.for_update()
         ))
         .bind(round)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?
         .ok_or(ReportError::UnknownRound(report.round))?;
         let status: String = row.try_get(0)?;
@@ -118,6 +115,21 @@ impl Store {
         report
             .validate_dims(report.round, rows as usize, rank as usize)
             .map_err(ReportError::Invalid)?;
+        Ok((round, eps_round))
+    }
+
+    /// Stores one report and charges its user `PureDp { eps_round }` in one transaction
+    /// under the commit lock: the round must be open, the report must fit it, the user
+    /// must not have reported in it, and the user's Renyi filter must admit the charge.
+    /// A user without a row is created with the service defaults.
+    pub async fn submit_ldp_report(
+        &self,
+        user: &str,
+        report: &Report,
+        defaults: Defaults,
+    ) -> Result<f64, ReportError> {
+        let mut tx = self.begin_exclusive().await?;
+        let (round, eps_round) = self.lock_open_round(&mut tx, report).await?;
         let dup = sqlx::query("SELECT 1 FROM ldp_reports WHERE round_id = $1 AND user_id = $2")
             .bind(round)
             .bind(user)
@@ -149,29 +161,22 @@ impl Store {
         if deleted != 0 {
             return Err(ReportError::Deleted(user.to_owned()));
         }
-        let (eps, delta): (f64, f64) = (u.try_get(0)?, u.try_get(1)?);
-        let consumed = parse_curve(&u.try_get::<String, _>(2)?)?;
-        let corrupt = |e: String| ReportError::Store(StoreError::Corrupt(e));
-        let filter =
-            RenyiFilter::with_default_orders(eps, delta).map_err(|e| corrupt(e.to_string()))?;
-        let cost = compose_events(
-            &[PrivacyEvent::PureDp {
-                eps: eps_round,
-                count: 1,
-            }],
-            &default_orders(),
-        )
-        .map_err(|e| corrupt(e.to_string()))?;
-        if filter
-            .admitting_order(&consumed, &cost)
-            .map_err(|e| corrupt(e.to_string()))?
-            .is_none()
-        {
-            return Err(ReportError::Budget(user.to_owned(), eps_round));
-        }
-        let next = consumed
-            .compose(&cost)
-            .map_err(|e| corrupt(e.to_string()))?;
+        let budget = UserBudget {
+            eps: u.try_get(0)?,
+            delta: u.try_get(1)?,
+            consumed: parse_curve(&u.try_get::<String, _>(2)?)?,
+        };
+        let event = PrivacyEvent::PureDp {
+            eps: eps_round,
+            count: 1,
+        };
+        let next = budget
+            .charge(&[event])
+            .map_err(|source| StoreError::Accounting {
+                user: user.to_owned(),
+                source,
+            })?
+            .ok_or_else(|| ReportError::Budget(user.to_owned(), eps_round))?;
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))

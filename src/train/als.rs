@@ -139,8 +139,7 @@ impl Trainer for AlsMf {
         let m = data.matrix;
         let (nu, ni, d) = (m.n_users, m.n_items, self.d);
         let mean = r.mean();
-        let init =
-            Normal::new(0.0, self.init_sd).map_err(|e| TrainError::Numerical(e.to_string()))?;
+        let init = Normal::new(0.0, self.init_sd)?;
         let mut p = vec![0.0; nu * d];
         let mut q: Vec<f64> = (0..ni * d).map(|_| init.sample(rng)).collect();
         let mut bu = vec![0.0; nu];

@@ -144,19 +144,18 @@ pub fn simulate_clients(
     mechanism: Simulated,
     rng: &mut DpRng,
 ) -> Result<Ratings, TrainError> {
-    let num = |e: crate::privacy::PrivacyError| TrainError::Numerical(e.to_string());
     let mut out = ratings.clone();
     match mechanism {
         Simulated::BoundedLaplace => {
-            let p = RatingPerturber::new(eps, scale).map_err(num)?;
+            let p = RatingPerturber::new(eps, scale)?;
             for v in out.values.iter_mut() {
-                *v = p.perturb_value(*v as f64, rng).map_err(num)? as f32;
+                *v = p.perturb_value(*v as f64, rng)? as f32;
             }
         }
         Simulated::ClampedLaplace => {
             let b = scale.width() / eps;
             for v in out.values.iter_mut() {
-                let y = *v as f64 + crate::privacy::laplace(b, rng).map_err(num)?;
+                let y = *v as f64 + crate::privacy::laplace(b, rng)?;
                 *v = scale.clamp(y) as f32;
             }
         }
@@ -362,6 +361,36 @@ fn residuals(r: &Ratings, model: &FactorModel) -> Vec<f64> {
         .collect()
 }
 
+/// One side's half of an EM iteration: the biases and factors of the rows of `by` (users
+/// or items) solved with the other side fixed and the ratings weighted by `weights`.
+fn weighted_update(
+    t: &BlpMogMf,
+    mean: f64,
+    weights: &[f64],
+    by: &Compressed,
+    other_bias: &Array1<f64>,
+    other_factors: &Array2<f64>,
+) -> (Array1<f64>, Array2<f64>) {
+    let side = Side {
+        d: t.d,
+        reg: t.reg,
+        mean,
+        other_bias: other_bias.as_slice().expect("contiguous"),
+        other_factors: other_factors.as_slice().expect("contiguous"),
+        weights,
+    };
+    let n = by.n_rows();
+    let mut bias = Array1::zeros(n);
+    let mut factors = Array2::zeros((n, t.d));
+    solve_weighted(
+        &side,
+        by,
+        bias.as_slice_mut().expect("contiguous"),
+        factors.as_slice_mut().expect("contiguous"),
+    );
+    (bias, factors)
+}
+
 /// EM for the MoG-weighted factorization of (already perturbed) ratings. Returns the
 /// model and the fitted mixture.
 pub fn fit_mog_mf(
@@ -398,46 +427,26 @@ pub fn fit_mog_mf(
             return Err(TrainError::Numerical("MoG weights degenerate".into()));
         }
         let old_u = model.user_factors.clone();
-        {
-            let side = Side {
-                d,
-                reg: t.reg,
-                mean,
-                other_bias: model.item_bias.as_slice().expect("contiguous"),
-                other_factors: model.item_factors.as_slice().expect("contiguous"),
-                weights: &w,
-            };
-            let mut ub = Array1::zeros(m.n_users);
-            let mut uf = Array2::zeros((m.n_users, d));
-            solve_weighted(
-                &side,
-                &m.by_user,
-                ub.as_slice_mut().expect("contiguous"),
-                uf.as_slice_mut().expect("contiguous"),
-            );
-            model.user_bias = ub;
-            model.user_factors = uf;
-        }
-        {
-            let side = Side {
-                d,
-                reg: t.reg,
-                mean,
-                other_bias: model.user_bias.as_slice().expect("contiguous"),
-                other_factors: model.user_factors.as_slice().expect("contiguous"),
-                weights: &w,
-            };
-            let mut ib = Array1::zeros(m.n_items);
-            let mut itf = Array2::zeros((m.n_items, d));
-            solve_weighted(
-                &side,
-                &m.by_item,
-                ib.as_slice_mut().expect("contiguous"),
-                itf.as_slice_mut().expect("contiguous"),
-            );
-            model.item_bias = ib;
-            model.item_factors = itf;
-        }
+        let (ub, uf) = weighted_update(
+            t,
+            mean,
+            &w,
+            &m.by_user,
+            &model.item_bias,
+            &model.item_factors,
+        );
+        model.user_bias = ub;
+        model.user_factors = uf;
+        let (ib, itf) = weighted_update(
+            t,
+            mean,
+            &w,
+            &m.by_item,
+            &model.user_bias,
+            &model.user_factors,
+        );
+        model.item_bias = ib;
+        model.item_factors = itf;
         e = residuals(r, &model);
         let change = (&model.user_factors - &old_u)
             .iter()

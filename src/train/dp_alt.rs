@@ -169,69 +169,7 @@ impl DpAlt {
         };
         item.validate()?;
         let rounds = p.usize_in("rounds", d.rounds, 1, 20)?;
-        let default_solver = match d.user {
-            UserSolver::Gd(_) => "gd",
-            UserSolver::Ssp(_) => "ssp",
-        };
-        let solver = p
-            .get_str("user_solver")
-            .unwrap_or(default_solver)
-            .to_owned();
-        // Gaussian releases per user per user step, known before any data is seen.
-        let per_step = match solver.as_str() {
-            "gd" => p.usize_in("user_steps", default_gd().steps, 1, 10_000)?,
-            "ssp" => 1,
-            s => return Err(invalid("user_solver", format!("{s:?}: use ssp or gd"))),
-        };
-        let default_z = match solver.as_str() {
-            "gd" => 4.0,
-            _ => default_ssp().noise_multiplier,
-        };
-        let z = match (p.get_str("user_sigma"), p.get_str("user_eps")) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "user_sigma",
-                    "give user_sigma or user_eps, not both".into(),
-                ))
-            }
-            (_, Some(_)) => {
-                // The budget covers all rounds + 1 user steps (J releases each for GD,
-                // one for SSP).
-                let eps = p.positive("user_eps", 1.0)?;
-                let delta = p.positive("user_delta", 1e-5)?;
-                let total = ((rounds + 1) * per_step) as u64;
-                gaussian_mf::calibrate_noise_multiplier(eps, delta, total)?
-            }
-            _ => p.positive("user_sigma", default_z)?,
-        };
-        let user = if solver == "gd" {
-            let g = default_gd();
-            let user = UserStepConfig {
-                steps: per_step,
-                lr: p.positive("user_lr", g.lr)?,
-                lr_decay: p.positive("user_lr_decay", g.lr_decay)?,
-                clip: p.positive("clip", g.clip)?,
-                noise: UserNoise::Multiplier(z),
-                lambda_u: p.non_negative("lambda_u", g.lambda_u)?,
-                neighbour: g.neighbour,
-                user_bias: true,
-                max_norm: p.non_negative("max_norm", g.max_norm)?,
-            };
-            user.validate()?;
-            UserSolver::Gd(user)
-        } else {
-            let s = default_ssp();
-            let user = SspConfig {
-                noise_multiplier: z,
-                clip_y: p.positive("clip_y", s.clip_y)?,
-                lambda_u: p.non_negative("lambda_u", s.lambda_u)?,
-                bias_weight: p.non_negative("user_bias", s.bias_weight)?,
-                neighbour: s.neighbour,
-                max_norm: p.non_negative("max_norm", s.max_norm)?,
-            };
-            user.validate()?;
-            UserSolver::Ssp(user)
-        };
+        let user = user_solver_from_params(p, &d.user, rounds)?;
         let t = Self {
             eps: p.positive("eps", d.eps)?,
             d: p.usize_in("d", d.d, 1, 256)?,
@@ -387,23 +325,7 @@ impl Trainer for DpAlt {
         }
         let mut charges = ReleaseCharges::default();
         // 1. DP global mean over the ratings whose budget pays for it (public eps).
-        let positions: Vec<usize> = (0..r.len()).filter(|&k| split.in_mean[k]).collect();
-        let mean = if self.mean_eps > 0.0 && !positions.is_empty() {
-            let used = r.select(&positions);
-            let (mean, mut c) = dp_stats::dp_global_mean(&used, data.scale, self.mean_eps, rng)?;
-            // Map the charges back to positions in `r`.
-            for ch in &mut c.ratings {
-                ch.position = positions[ch.position as usize] as u32;
-            }
-            charges.extend(c);
-            mean
-        } else {
-            (data.scale.min + data.scale.max) / 2.0
-        };
-        let per_round = split.item_round;
-        // Every user of the release gets a user-step release (noise only without usable
-        // ratings), so whether a user has ratings does not show in its profile.
-        let eligible_users = vec![true; m.n_users];
+        let mean = self.dp_mean(data, &split, &mut charges, rng)?;
         // The user steps see only the ratings that pay for them; every one is charged the
         // user steps' eps at delta_r (rating level), once per release.
         let by_user = m.by_user.retain(|k| split.in_user_steps[k]);
@@ -417,63 +339,12 @@ impl Trainer for DpAlt {
                         eps: split.user_steps_eps,
                     }),
             );
-
-        // 2. First user step on data-independent random item features.
-        let v0 = objpert::random_unit_rows(m.n_items, self.d, rng);
-        let mut user = self.user_step(
-            &by_user,
-            &UserOffsets {
-                global: mean,
-                item_bias: None,
-            },
-            v0.view(),
-            &eligible_users,
-            rng,
-        )?;
-        charges.extend(std::mem::take(&mut user.charges));
-        let mut item_bias = Array1::zeros(m.n_items);
-        let mut item_factors = v0;
-        // 3. Alternate: DP item step on the DP user profiles, then a DP user step on the
-        // item profiles just released.
-        for _ in 0..self.rounds {
-            let user_bias = user
-                .user_bias
-                .clone()
-                .unwrap_or_else(|| Array1::zeros(m.n_users));
-            let users = &r.users;
-            // Unit-norm user rows (post-processing of a DP output): the item step clips rows
-            // to norm 1 for its sensitivity, and short rows would leave the latent part of
-            // its Hessian at lambda_v alone, i.e. latent item coordinates of pure noise.
-            let features = unit_rows(&user.user_factors);
-            let item = objpert::dp_item_step(
-                r,
-                &m.by_item,
-                |k| mean + user_bias[users[k] as usize],
-                &features,
-                &per_round,
-                &self.item,
-                rng,
-            )?;
-            charges.extend(item.charges);
-            item_bias = item.item_bias;
-            item_factors = match self.user {
-                // SSP profiles pair with the item rows clipped to norm 1 (post-processing
-                // of the released item profiles); publish those.
-                UserSolver::Ssp(_) => objpert::clip_rows(&item.item_factors),
-                UserSolver::Gd(_) => item.item_factors,
-            };
-            user = self.user_step(
-                &by_user,
-                &UserOffsets {
-                    global: mean,
-                    item_bias: item_bias.as_slice(),
-                },
-                item_factors.view(),
-                &eligible_users,
-                rng,
-            )?;
-            charges.extend(std::mem::take(&mut user.charges));
-        }
+        // 2. and 3.: the user and item steps.
+        let Alternated {
+            user,
+            item_factors,
+            item_bias,
+        } = self.alternate(data, &by_user, &split.item_round, mean, &mut charges, rng)?;
         let user_bias = user.user_bias.unwrap_or_else(|| Array1::zeros(m.n_users));
         let model = FactorModel {
             global_mean: mean,
@@ -490,6 +361,78 @@ impl Trainer for DpAlt {
             ranker: None,
         })
     }
+}
+
+/// The user step's solver (`user_solver`: `gd` or `ssp`) and its noise, from
+/// `user_sigma` or from a `(user_eps, user_delta)` budget over the `rounds + 1` user steps.
+fn user_solver_from_params(
+    p: &Params,
+    default: &UserSolver,
+    rounds: usize,
+) -> Result<UserSolver, TrainError> {
+    let default_solver = match default {
+        UserSolver::Gd(_) => "gd",
+        UserSolver::Ssp(_) => "ssp",
+    };
+    let solver = p
+        .get_str("user_solver")
+        .unwrap_or(default_solver)
+        .to_owned();
+    // Gaussian releases per user per user step, known before any data is seen.
+    let per_step = match solver.as_str() {
+        "gd" => p.usize_in("user_steps", default_gd().steps, 1, 10_000)?,
+        "ssp" => 1,
+        s => return Err(invalid("user_solver", format!("{s:?}: use ssp or gd"))),
+    };
+    let default_z = match solver.as_str() {
+        "gd" => 4.0,
+        _ => default_ssp().noise_multiplier,
+    };
+    let z = match (p.get_str("user_sigma"), p.get_str("user_eps")) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "user_sigma",
+                "give user_sigma or user_eps, not both".into(),
+            ))
+        }
+        (_, Some(_)) => {
+            // The budget covers all rounds + 1 user steps (J releases each for GD,
+            // one for SSP).
+            let eps = p.positive("user_eps", 1.0)?;
+            let delta = p.positive("user_delta", 1e-5)?;
+            let total = ((rounds + 1) * per_step) as u64;
+            gaussian_mf::calibrate_noise_multiplier(eps, delta, total)?
+        }
+        _ => p.positive("user_sigma", default_z)?,
+    };
+    Ok(if solver == "gd" {
+        let g = default_gd();
+        let user = UserStepConfig {
+            steps: per_step,
+            lr: p.positive("user_lr", g.lr)?,
+            lr_decay: p.positive("user_lr_decay", g.lr_decay)?,
+            clip: p.positive("clip", g.clip)?,
+            noise: UserNoise::Multiplier(z),
+            lambda_u: p.non_negative("lambda_u", g.lambda_u)?,
+            neighbour: g.neighbour,
+            user_bias: true,
+            max_norm: p.non_negative("max_norm", g.max_norm)?,
+        };
+        user.validate()?;
+        UserSolver::Gd(user)
+    } else {
+        let s = default_ssp();
+        let user = SspConfig {
+            noise_multiplier: z,
+            clip_y: p.positive("clip_y", s.clip_y)?,
+            lambda_u: p.non_negative("lambda_u", s.lambda_u)?,
+            bias_weight: p.non_negative("user_bias", s.bias_weight)?,
+            neighbour: s.neighbour,
+            max_norm: p.non_negative("max_norm", s.max_norm)?,
+        };
+        user.validate()?;
+        UserSolver::Ssp(user)
+    })
 }
 
 /// Rows scaled to unit L2 norm (zero rows stay zero).
@@ -522,6 +465,13 @@ fn public_threshold(p: &Params, default: Threshold) -> Result<Threshold, TrainEr
 /// How one release divides each rating's budget (all from public values: the rating's own
 /// release budget and the trainer's parameters).
 #[derive(Debug, Clone)]
+/// The last user step's output and the last released item profiles of a fit.
+struct Alternated {
+    user: UserStepOutput,
+    item_factors: ndarray::Array2<f64>,
+    item_bias: Array1<f64>,
+}
+
 struct BudgetSplitPerRating {
     in_mean: Vec<bool>,
     in_user_steps: Vec<bool>,
@@ -532,6 +482,107 @@ struct BudgetSplitPerRating {
 }
 
 impl DpAlt {
+    /// Step 1 of a fit: the DP global mean of the ratings whose budget pays for it (the
+    /// scale's midpoint when none does or `mean_eps` is 0); its charges go to `charges`.
+    fn dp_mean(
+        &self,
+        data: &TrainData<'_>,
+        split: &BudgetSplitPerRating,
+        charges: &mut ReleaseCharges,
+        rng: &mut DpRng,
+    ) -> Result<f64, TrainError> {
+        let r = data.ratings;
+        let positions: Vec<usize> = (0..r.len()).filter(|&k| split.in_mean[k]).collect();
+        let paid_for = self.mean_eps > 0.0 && !positions.is_empty();
+        if !paid_for {
+            return Ok((data.scale.min + data.scale.max) / 2.0);
+        }
+        let used = r.select(&positions);
+        let (mean, mut c) = dp_stats::dp_global_mean(&used, data.scale, self.mean_eps, rng)?;
+        // Map the charges back to positions in `r`.
+        for ch in &mut c.ratings {
+            ch.position = positions[ch.position as usize] as u32;
+        }
+        charges.extend(c);
+        Ok(mean)
+    }
+
+    /// Steps 2 and 3 of a fit: a first user step on data-independent random item
+    /// features, then `rounds` times a DP item step on the DP user profiles followed by
+    /// a DP user step on the item profiles just released. Charges go to `charges`.
+    fn alternate(
+        &self,
+        data: &TrainData<'_>,
+        by_user: &crate::data::Compressed,
+        per_round: &[f64],
+        mean: f64,
+        charges: &mut ReleaseCharges,
+        rng: &mut DpRng,
+    ) -> Result<Alternated, TrainError> {
+        let (r, m) = (data.ratings, data.matrix);
+        // Every user of the release gets a user-step release (noise only without usable
+        // ratings), so whether a user has ratings does not show in its profile.
+        let eligible_users = vec![true; m.n_users];
+        let v0 = objpert::random_unit_rows(m.n_items, self.d, rng);
+        let mut user = self.user_step(
+            by_user,
+            &UserOffsets {
+                global: mean,
+                item_bias: None,
+            },
+            v0.view(),
+            &eligible_users,
+            rng,
+        )?;
+        charges.extend(std::mem::take(&mut user.charges));
+        let mut item_bias = Array1::zeros(m.n_items);
+        let mut item_factors = v0;
+        for _ in 0..self.rounds {
+            let user_bias = user
+                .user_bias
+                .clone()
+                .unwrap_or_else(|| Array1::zeros(m.n_users));
+            let users = &r.users;
+            // Unit-norm user rows (post-processing of a DP output): the item step clips rows
+            // to norm 1 for its sensitivity, and short rows would leave the latent part of
+            // its Hessian at lambda_v alone, i.e. latent item coordinates of pure noise.
+            let features = unit_rows(&user.user_factors);
+            let item = objpert::dp_item_step(
+                r,
+                &m.by_item,
+                |k| mean + user_bias[users[k] as usize],
+                &features,
+                per_round,
+                &self.item,
+                rng,
+            )?;
+            charges.extend(item.charges);
+            item_bias = item.item_bias;
+            item_factors = match self.user {
+                // SSP profiles pair with the item rows clipped to norm 1 (post-processing
+                // of the released item profiles); publish those.
+                UserSolver::Ssp(_) => objpert::clip_rows(&item.item_factors),
+                UserSolver::Gd(_) => item.item_factors,
+            };
+            user = self.user_step(
+                by_user,
+                &UserOffsets {
+                    global: mean,
+                    item_bias: item_bias.as_slice(),
+                },
+                item_factors.view(),
+                &eligible_users,
+                rng,
+            )?;
+            charges.extend(std::mem::take(&mut user.charges));
+        }
+        Ok(Alternated {
+            user,
+            item_factors,
+            item_bias,
+        })
+    }
+
     /// The per-rating eps (at `delta_r`) of all the Gaussian user steps of one release.
     pub fn user_steps_rating_eps(&self) -> Result<f64, TrainError> {
         let steps = ((self.rounds + 1) * self.user.releases_per_step()) as u64;

@@ -21,10 +21,6 @@ use super::TrainError;
 use crate::data::{RatingScale, Ratings};
 use crate::privacy::discrete::{release_count, release_steps};
 
-fn privacy_err(e: crate::privacy::PrivacyError) -> TrainError {
-    TrainError::Numerical(e.to_string())
-}
-
 /// Charges `eps` to every rating in `ratings` and a pure-DP event of `eps` to every user
 /// who has one, for a mechanism in which each rating's influence is bounded as stated.
 pub fn charge_every_rating(
@@ -58,9 +54,8 @@ pub fn dp_mean_on_grid<R: Rng + ?Sized>(
         sum += ((scale.clamp(v) - scale.min) / grid).round() as i64;
         count += 1;
     }
-    let (noisy_sum, _) =
-        release_steps(sum, width_steps.max(1), eps / 2.0, rng).map_err(privacy_err)?;
-    let noisy_count = release_count(count, eps / 2.0, rng).map_err(privacy_err)?;
+    let (noisy_sum, _) = release_steps(sum, width_steps.max(1), eps / 2.0, rng)?;
+    let noisy_count = release_count(count, eps / 2.0, rng)?;
     Ok(if noisy_count >= 1 {
         scale.clamp(scale.min + grid * noisy_sum as f64 / noisy_count as f64)
     } else {
@@ -136,7 +131,7 @@ pub fn dp_popularity<R: Rng + ?Sized>(
             eps,
         });
     }
-    let noisy = noisy_counts(&counts, eps, rng).map_err(privacy_err)?;
+    let noisy = noisy_counts(&counts, eps, rng)?;
     let record = MechanismRecord {
         name: "popularity-discrete-laplace".into(),
         params: serde_json::json!({"eps": eps, "sensitivity": 1,

@@ -39,7 +39,7 @@ use super::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
-use crate::data::Compressed;
+use crate::data::{Compressed, Interactions};
 use crate::privacy::gaussian;
 use crate::rng::DpRng;
 
@@ -50,10 +50,6 @@ fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
     })
 }
 
-fn numerical(e: impl std::fmt::Display) -> TrainError {
-    TrainError::Numerical(e.to_string())
-}
-
 // ---------------------------------------------------------------------------------------
 // Accounting helpers (all eps values come from the accountant, except the paper's own
 // closed form, which is reported beside them for comparison only).
@@ -62,9 +58,9 @@ fn numerical(e: impl std::fmt::Display) -> TrainError {
 /// eps at `delta` of `steps` Gaussian steps of noise multiplier `z`, by the accountant
 /// (default order grid, improved conversion).
 pub fn gaussian_steps_eps(z: f64, steps: u64, delta: f64) -> Result<f64, TrainError> {
-    let event = PrivacyEvent::gaussian(z, steps).map_err(numerical)?;
-    let curve = compose_events(&[event], &default_orders()).map_err(numerical)?;
-    Ok(eps_from_rdp(&curve, delta).map_err(numerical)?.eps)
+    let event = PrivacyEvent::gaussian(z, steps)?;
+    let curve = compose_events(&[event], &default_orders())?;
+    Ok(eps_from_rdp(&curve, delta)?.eps)
 }
 
 /// The noise multiplier z for which `steps` composed Gaussian steps give exactly `eps`
@@ -81,27 +77,46 @@ pub fn calibrate_noise_multiplier(eps: f64, delta: f64, steps: u64) -> Result<f6
     if steps == 0 {
         return Err(invalid("steps", "must be >= 1"));
     }
-    let f = |z: f64| gaussian_steps_eps(z, steps, delta);
-    let (mut lo, mut hi) = (1.0, 1.0);
-    while f(hi)? > eps {
+    calibrate_decreasing(
+        eps,
+        |z| gaussian_steps_eps(z, steps, delta),
+        1.0,
+        (1e-12, 1e12),
+        1e-13,
+    )
+}
+
+/// The smallest `z` (to `rel_tol` relative) at which `eps_of(z) <= eps`, for an `eps_of`
+/// that decreases as `z` grows (a noise multiplier's eps from the accountant): doubles
+/// and halves from `start` to bracket it within `range`, then bisects geometrically.
+/// Returns the upper end of the final bracket, so `eps_of` at the result is `<= eps`.
+pub(crate) fn calibrate_decreasing(
+    eps: f64,
+    eps_of: impl Fn(f64) -> Result<f64, TrainError>,
+    start: f64,
+    range: (f64, f64),
+    rel_tol: f64,
+) -> Result<f64, TrainError> {
+    let (mut lo, mut hi) = (start, start);
+    while eps_of(hi)? > eps {
         hi *= 2.0;
-        if hi > 1e12 {
+        if hi > range.1 {
             return Err(invalid("eps", format!("{eps} is too small to calibrate")));
         }
     }
-    while f(lo)? <= eps {
+    while eps_of(lo)? <= eps {
         lo /= 2.0;
-        if lo < 1e-12 {
+        if lo < range.0 {
             return Err(invalid("eps", format!("{eps} is too large to calibrate")));
         }
     }
-    // Invariant: f(lo) > eps >= f(hi).
+    // Invariant: eps_of(lo) > eps >= eps_of(hi).
     for _ in 0..200 {
-        if hi / lo - 1.0 < 1e-13 {
+        if hi / lo - 1.0 < rel_tol {
             break;
         }
         let mid = (lo * hi).sqrt();
-        if f(mid)? > eps {
+        if eps_of(mid)? > eps {
             lo = mid;
         } else {
             hi = mid;
@@ -247,7 +262,10 @@ impl UserStepConfig {
 
     /// The event each participating user is charged: Gaussian { z, count: J }.
     pub fn event(&self) -> Result<PrivacyEvent, TrainError> {
-        PrivacyEvent::gaussian(self.noise_multiplier()?, self.steps as u64).map_err(numerical)
+        Ok(PrivacyEvent::gaussian(
+            self.noise_multiplier()?,
+            self.steps as u64,
+        )?)
     }
 }
 
@@ -412,11 +430,59 @@ pub fn dp_user_step(
     check_user_step_inputs(by_user, item_features, eligible)?;
     let z = cfg.noise_multiplier()?;
     let noise_std = z * cfg.sensitivity();
-    let event = PrivacyEvent::gaussian(z, cfg.steps as u64).map_err(numerical)?;
-    let k = d + usize::from(cfg.user_bias);
+    let event = PrivacyEvent::gaussian(z, cfg.steps as u64)?;
     let key: [u8; 32] = rng.random();
+    let theta = noisy_gd_profiles(
+        by_user,
+        offsets,
+        item_features,
+        eligible,
+        cfg,
+        key,
+        noise_std,
+    )?;
+    let (user_factors, user_bias) = split_profiles(&theta, n_users, d, cfg.user_bias);
+    let mut params = serde_json::json!({
+        "steps": cfg.steps, "lr": cfg.lr, "lr_decay": cfg.lr_decay, "clip": cfg.clip,
+        "lambda_u": cfg.lambda_u, "noise_multiplier": z, "noise_std": noise_std,
+        "sensitivity": cfg.sensitivity(), "user_bias": cfg.user_bias, "max_norm": cfg.max_norm,
+        "item_features": "public (fixed during the step)",
+    });
+    if let UserNoise::Target { eps, delta } = cfg.noise {
+        params["calibrated_to"] = serde_json::json!({"eps": eps, "delta": delta});
+    }
+    let record = MechanismRecord {
+        name: "gaussian-mf-user-step".into(),
+        params,
+        unit: PrivacyUnit::Rating,
+        neighbour: cfg.neighbour,
+    };
+    let charges = user_step_charges(by_user, eligible, &event, record);
+    Ok(UserStepOutput {
+        user_factors,
+        user_bias,
+        charges,
+        noise_multiplier: z,
+        noise_std,
+        event,
+    })
+}
 
-    let mut theta = vec![0.0; n_users * k];
+/// The noisy gradient descent of [`dp_user_step`]: each eligible user's parameters (the
+/// factors, then the bias if any) after `cfg.steps` clipped steps with noise of standard
+/// deviation `noise_std` (user `u` draws from stream `u` of `key`); row-major, ineligible
+/// users left at zero.
+fn noisy_gd_profiles(
+    by_user: &Compressed,
+    offsets: &UserOffsets<'_>,
+    item_features: ArrayView2<'_, f64>,
+    eligible: Option<&[bool]>,
+    cfg: &UserStepConfig,
+    key: [u8; 32],
+    noise_std: f64,
+) -> Result<Vec<f64>, TrainError> {
+    let k = item_features.ncols() + usize::from(cfg.user_bias);
+    let mut theta = vec![0.0; by_user.n_rows() * k];
     theta.par_chunks_mut(k).enumerate().try_for_each_init(
         || vec![0.0; k],
         |grad, (u, th)| -> Result<(), TrainError> {
@@ -429,7 +495,7 @@ pub fn dp_user_step(
             for _ in 0..cfg.steps {
                 clipped_gradient_sum(th, items, values, offsets, item_features, cfg.clip, grad);
                 for (t, g) in th.iter_mut().zip(grad.iter()) {
-                    let noise = gaussian(noise_std, &mut urng).map_err(numerical)?;
+                    let noise = gaussian(noise_std, &mut urng)?;
                     *t -= lr * (g + cfg.lambda_u * *t + noise);
                 }
                 if cfg.max_norm > 0.0 {
@@ -448,8 +514,19 @@ pub fn dp_user_step(
             "user step diverged (non-finite profiles): lower lr".into(),
         ));
     }
+    Ok(theta)
+}
+
+/// Row-major parameters (`d` factors, then the bias if `with_bias`) as the profiles.
+fn split_profiles(
+    theta: &[f64],
+    n_users: usize,
+    d: usize,
+    with_bias: bool,
+) -> (Array2<f64>, Option<Array1<f64>>) {
+    let k = d + usize::from(with_bias);
     let mut user_factors = Array2::zeros((n_users, d));
-    let mut user_bias = cfg.user_bias.then(|| Array1::zeros(n_users));
+    let mut user_bias = with_bias.then(|| Array1::zeros(n_users));
     for u in 0..n_users {
         let th = &theta[u * k..(u + 1) * k];
         user_factors
@@ -459,40 +536,30 @@ pub fn dp_user_step(
             b[u] = th[d];
         }
     }
-    let users: Vec<UserCharge> = (0..n_users)
+    (user_factors, user_bias)
+}
+
+/// The charges of a user step (Gaussian or SSP): `event` for every eligible user with at
+/// least one rating (a user without data releases noise only and is not charged), and
+/// the step's mechanism record.
+pub(crate) fn user_step_charges(
+    by_user: &Compressed,
+    eligible: Option<&[bool]>,
+    event: &PrivacyEvent,
+    record: MechanismRecord,
+) -> ReleaseCharges {
+    let users: Vec<UserCharge> = (0..by_user.n_rows())
         .filter(|&u| eligible.is_none_or(|e| e[u]) && by_user.row_len(u) > 0)
         .map(|u| UserCharge {
             user: u as u32,
             event: event.clone(),
         })
         .collect();
-    let mut params = serde_json::json!({
-        "steps": cfg.steps, "lr": cfg.lr, "lr_decay": cfg.lr_decay, "clip": cfg.clip,
-        "lambda_u": cfg.lambda_u, "noise_multiplier": z, "noise_std": noise_std,
-        "sensitivity": cfg.sensitivity(), "user_bias": cfg.user_bias, "max_norm": cfg.max_norm,
-        "item_features": "public (fixed during the step)",
-    });
-    if let UserNoise::Target { eps, delta } = cfg.noise {
-        params["calibrated_to"] = serde_json::json!({"eps": eps, "delta": delta});
-    }
-    let charges = ReleaseCharges {
-        mechanisms: vec![MechanismRecord {
-            name: "gaussian-mf-user-step".into(),
-            params,
-            unit: PrivacyUnit::Rating,
-            neighbour: cfg.neighbour,
-        }],
+    ReleaseCharges {
+        mechanisms: vec![record],
         ratings: Vec::new(),
         users,
-    };
-    Ok(UserStepOutput {
-        user_factors,
-        user_bias,
-        charges,
-        noise_multiplier: z,
-        noise_std,
-        event,
-    })
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -685,40 +752,8 @@ impl Trainer for GaussianMf {
             }
             (_, _, p) => p,
         };
-        let features: Array2<f64> = match self.items {
-            ItemSource::Prior => {
-                let p = prior.expect("checked above");
-                if p.rank() != self.d {
-                    return Err(invalid(
-                        "d",
-                        format!("is {} but the prior model has rank {}", self.d, p.rank()),
-                    ));
-                }
-                // Items the prior never published get zero features (public).
-                let mut f = Array2::zeros((ni, self.d));
-                let n = ni.min(p.item_factors.nrows());
-                f.slice_mut(ndarray::s![..n, ..])
-                    .assign(&p.item_factors.slice(ndarray::s![..n, ..]));
-                f
-            }
-            ItemSource::Random => {
-                let s = 1.0 / (self.d as f64).sqrt();
-                Array2::from_shape_fn((ni, self.d), |_| {
-                    s * <StandardNormal as Distribution<f64>>::sample(&StandardNormal, rng)
-                })
-            }
-        };
-        let (global, item_bias) = match self.offsets {
-            OffsetSource::Midpoint => (0.5 * (data.scale.min + data.scale.max), vec![0.0; ni]),
-            OffsetSource::Prior => {
-                let p = prior.expect("checked above");
-                let mut b = vec![0.0; ni];
-                for (j, x) in b.iter_mut().enumerate() {
-                    *x = p.item_bias.get(j).copied().unwrap_or(0.0);
-                }
-                (p.global_mean, b)
-            }
-        };
+        let features = self.item_features(ni, prior, rng)?;
+        let (global, item_bias) = self.offsets(data, prior);
         let mut step = self.step.clone();
         step.noise = UserNoise::Multiplier(self.noise_multiplier);
         let offsets = UserOffsets {
@@ -740,19 +775,8 @@ impl Trainer for GaussianMf {
             .iter()
             .map(|&position| RatingCharge { position, eps })
             .collect();
-        let eps_i = paper_step_eps(out.noise_multiplier, self.delta);
         if let Some(rec) = charges.mechanisms.first_mut() {
-            rec.params["per_user_eps"] = serde_json::json!(eps);
-            rec.params["per_rating_eps"] = serde_json::json!(eps);
-            rec.params["rating_selection"] =
-                serde_json::json!("ratings whose release budget >= per_rating_eps");
-            rec.params["delta_r"] = serde_json::json!(self.delta_r);
-            rec.params["paper_step_eps_i"] = serde_json::json!(eps_i);
-            rec.params["paper_delta"] = serde_json::json!(self.delta);
-            rec.params["paper_eps_opt"] =
-                serde_json::json!(paper_eps_opt(steps, eps_i, self.delta, self.delta_r));
-            rec.params["items"] = self.params()["items"].clone();
-            rec.params["offsets"] = self.params()["offsets"].clone();
+            self.describe_rating_level(rec, eps, out.noise_multiplier);
         }
         let model = FactorModel {
             global_mean: global,
@@ -768,6 +792,76 @@ impl Trainer for GaussianMf {
             guarantee: Guarantee::Proven,
             ranker: None,
         })
+    }
+}
+
+impl GaussianMf {
+    /// The public item features of the step: the prior model's (zero rows for items it
+    /// never published) or random `N(0, 1/d)` ones.
+    fn item_features(
+        &self,
+        ni: usize,
+        prior: Option<&FactorModel>,
+        rng: &mut DpRng,
+    ) -> Result<Array2<f64>, TrainError> {
+        Ok(match self.items {
+            ItemSource::Prior => {
+                let p = prior.expect("checked by fit");
+                if p.rank() != self.d {
+                    return Err(invalid(
+                        "d",
+                        format!("is {} but the prior model has rank {}", self.d, p.rank()),
+                    ));
+                }
+                // Items the prior never published get zero features (public).
+                let mut f = Array2::zeros((ni, self.d));
+                let n = ni.min(p.item_factors.nrows());
+                f.slice_mut(ndarray::s![..n, ..])
+                    .assign(&p.item_factors.slice(ndarray::s![..n, ..]));
+                f
+            }
+            ItemSource::Random => {
+                let s = 1.0 / (self.d as f64).sqrt();
+                Array2::from_shape_fn((ni, self.d), |_| {
+                    s * <StandardNormal as Distribution<f64>>::sample(&StandardNormal, rng)
+                })
+            }
+        })
+    }
+
+    /// The public offsets `(global mean, item biases)`: the scale's midpoint and zeros,
+    /// or the prior model's.
+    fn offsets(&self, data: &TrainData<'_>, prior: Option<&FactorModel>) -> (f64, Vec<f64>) {
+        let ni = data.matrix.n_items;
+        match self.offsets {
+            OffsetSource::Midpoint => (0.5 * (data.scale.min + data.scale.max), vec![0.0; ni]),
+            OffsetSource::Prior => {
+                let p = prior.expect("checked by fit");
+                let mut b = vec![0.0; ni];
+                for (j, x) in b.iter_mut().enumerate() {
+                    *x = p.item_bias.get(j).copied().unwrap_or(0.0);
+                }
+                (p.global_mean, b)
+            }
+        }
+    }
+
+    /// Adds the rating-level cost (`eps` per rating at `delta_r`) and the paper's view of
+    /// the same steps to the step's mechanism record.
+    fn describe_rating_level(&self, rec: &mut MechanismRecord, eps: f64, noise_multiplier: f64) {
+        let steps = self.step.steps as u64;
+        let eps_i = paper_step_eps(noise_multiplier, self.delta);
+        rec.params["per_user_eps"] = serde_json::json!(eps);
+        rec.params["per_rating_eps"] = serde_json::json!(eps);
+        rec.params["rating_selection"] =
+            serde_json::json!("ratings whose release budget >= per_rating_eps");
+        rec.params["delta_r"] = serde_json::json!(self.delta_r);
+        rec.params["paper_step_eps_i"] = serde_json::json!(eps_i);
+        rec.params["paper_delta"] = serde_json::json!(self.delta);
+        rec.params["paper_eps_opt"] =
+            serde_json::json!(paper_eps_opt(steps, eps_i, self.delta, self.delta_r));
+        rec.params["items"] = self.params()["items"].clone();
+        rec.params["offsets"] = self.params()["offsets"].clone();
     }
 }
 
@@ -899,6 +993,52 @@ fn half_gradient(
     grad
 }
 
+impl PaperGaussianMf {
+    /// Algorithm 1's loop: `steps` gradient steps on X (no noise) and Theta (clipped
+    /// gradients plus `N(0, sigma^2)` noise, user `u` drawing from stream `u` of a key
+    /// drawn from `rng`), from random unit rows. Returns (X, Theta), row-major.
+    fn algorithm1(
+        &self,
+        m: &Interactions,
+        sigma: f64,
+        rng: &mut DpRng,
+    ) -> Result<(Vec<f64>, Vec<f64>), TrainError> {
+        let (nu, ni, d) = (m.n_users, m.n_items, self.d);
+        let mut x = unit_rows(ni, d, rng);
+        let mut theta = unit_rows(nu, d, rng);
+        let key: [u8; 32] = rng.random();
+        let mut user_rngs: Vec<DpRng> = (0..nu).map(|u| user_rng(key, u)).collect();
+        for _ in 0..self.steps {
+            let theta_c = clipped_rows(&theta, d, self.clip);
+            let x_c = clipped_rows(&x, d, self.clip);
+            // Line 5: grad_X = (V_hat - V) Theta_c + lambda X (no noise).
+            let gx = half_gradient(&m.by_item, &x, &theta, &theta_c, d, self.lambda);
+            // Line 6: grad_Theta = (V_hat - V)^T X_c + lambda Theta; line 7-8: + eta.
+            let mut gt = half_gradient(&m.by_user, &theta, &x, &x_c, d, self.lambda);
+            gt.par_chunks_mut(d)
+                .zip(user_rngs.par_iter_mut())
+                .try_for_each(|(g, r)| -> Result<(), TrainError> {
+                    for gk in g.iter_mut() {
+                        *gk += gaussian(sigma, r)?;
+                    }
+                    Ok(())
+                })?;
+            // Lines 9-10.
+            x.iter_mut().zip(&gx).for_each(|(a, g)| *a -= self.lr * g);
+            theta
+                .iter_mut()
+                .zip(&gt)
+                .for_each(|(a, g)| *a -= self.lr * g);
+        }
+        if x.iter().chain(&theta).any(|v| !v.is_finite()) {
+            return Err(TrainError::Numerical(
+                "paper-gaussian-mf diverged (non-finite factors): lower lr".into(),
+            ));
+        }
+        Ok((x, theta))
+    }
+}
+
 impl Trainer for PaperGaussianMf {
     fn name(&self) -> &'static str {
         "paper-gaussian-mf"
@@ -934,67 +1074,28 @@ impl Trainer for PaperGaussianMf {
         };
         let z = self.claimed_noise_multiplier();
         let sigma = z * tau * self.clip;
-        let mut x = unit_rows(ni, d, rng);
-        let mut theta = unit_rows(nu, d, rng);
-        let key: [u8; 32] = rng.random();
-        let mut user_rngs: Vec<DpRng> = (0..nu).map(|u| user_rng(key, u)).collect();
-        for _ in 0..self.steps {
-            let theta_c = clipped_rows(&theta, d, self.clip);
-            let x_c = clipped_rows(&x, d, self.clip);
-            // Line 5: grad_X = (V_hat - V) Theta_c + lambda X (no noise).
-            let gx = half_gradient(&m.by_item, &x, &theta, &theta_c, d, self.lambda);
-            // Line 6: grad_Theta = (V_hat - V)^T X_c + lambda Theta; line 7-8: + eta.
-            let mut gt = half_gradient(&m.by_user, &theta, &x, &x_c, d, self.lambda);
-            gt.par_chunks_mut(d)
-                .zip(user_rngs.par_iter_mut())
-                .try_for_each(|(g, r)| -> Result<(), TrainError> {
-                    for gk in g.iter_mut() {
-                        *gk += gaussian(sigma, r).map_err(numerical)?;
-                    }
-                    Ok(())
-                })?;
-            // Lines 9-10.
-            x.iter_mut().zip(&gx).for_each(|(a, g)| *a -= self.lr * g);
-            theta
-                .iter_mut()
-                .zip(&gt)
-                .for_each(|(a, g)| *a -= self.lr * g);
-        }
-        if x.iter().chain(&theta).any(|v| !v.is_finite()) {
-            return Err(TrainError::Numerical(
-                "paper-gaussian-mf diverged (non-finite factors): lower lr".into(),
-            ));
-        }
+        let (x, theta) = self.algorithm1(m, sigma, rng)?;
         let steps = self.steps as u64;
-        let event = PrivacyEvent::gaussian(z, steps).map_err(numerical)?;
-        let users = (0..nu)
-            .filter(|&u| m.by_user.row_len(u) > 0)
-            .map(|u| UserCharge {
-                user: u as u32,
-                event: event.clone(),
-            })
-            .collect();
+        let event = PrivacyEvent::gaussian(z, steps)?;
         let eps_opt = paper_eps_opt(steps, self.eps_i, self.delta, self.delta_r);
         let accountant_eps = gaussian_steps_eps(z, steps, self.delta_r)?;
-        let charges = ReleaseCharges {
-            mechanisms: vec![MechanismRecord {
-                name: "paper-gaussian-mf".into(),
-                params: serde_json::json!({
-                    "label": PAPER_FAITHFUL,
-                    "eps_i": self.eps_i, "delta": self.delta, "delta_r": self.delta_r,
-                    "steps": steps, "tau": tau, "clip": self.clip, "sigma": sigma,
-                    "noise_multiplier": z, "lr": self.lr, "lambda": self.lambda, "d": d,
-                    "paper_eps_opt": eps_opt,
-                    "accountant_eps_of_claimed_event": accountant_eps,
-                    "why_not_proven": "X is updated without noise from the same ratings, so \
-                        each user's profile depends on other users' ratings through X",
-                }),
-                unit: PrivacyUnit::Rating,
-                neighbour: Neighbour::Replace,
-            }],
-            ratings: Vec::new(),
-            users,
+        let record = MechanismRecord {
+            name: "paper-gaussian-mf".into(),
+            params: serde_json::json!({
+                "label": PAPER_FAITHFUL,
+                "eps_i": self.eps_i, "delta": self.delta, "delta_r": self.delta_r,
+                "steps": steps, "tau": tau, "clip": self.clip, "sigma": sigma,
+                "noise_multiplier": z, "lr": self.lr, "lambda": self.lambda, "d": d,
+                "paper_eps_opt": eps_opt,
+                "accountant_eps_of_claimed_event": accountant_eps,
+                "why_not_proven": "X is updated without noise from the same ratings, so \
+                    each user's profile depends on other users' ratings through X",
+            }),
+            unit: PrivacyUnit::Rating,
+            neighbour: Neighbour::Replace,
         };
+        // Every user with a rating is charged the claimed event.
+        let charges = user_step_charges(&m.by_user, None, &event, record);
         let model = FactorModel {
             global_mean: 0.0,
             user_bias: Array1::zeros(nu),

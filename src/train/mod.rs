@@ -45,6 +45,18 @@ pub enum TrainError {
     EmptyData,
     #[error("{0}")]
     Numerical(String),
+    /// A noise mechanism refused its parameters.
+    #[error(transparent)]
+    Privacy(#[from] crate::privacy::PrivacyError),
+    /// The accountant refused an event, a curve or a conversion.
+    #[error(transparent)]
+    Accounting(#[from] crate::accountant::AccountantError),
+    /// The Private-GD protocol refused its state or a report.
+    #[error(transparent)]
+    Protocol(#[from] crate::ldp::private_gd::ProtocolError),
+    /// A random initialisation refused its spread.
+    #[error(transparent)]
+    Normal(#[from] rand_distr::NormalError),
 }
 
 /// Training input: the ratings, both sparse views, the rating scale, and what the

@@ -148,7 +148,6 @@ pub fn simulate_round(
     m: &Interactions,
     key: [u8; 32],
 ) -> Result<Aggregator, TrainError> {
-    let num = |e: crate::ldp::private_gd::ProtocolError| TrainError::Numerical(e.to_string());
     let starts: Vec<usize> = (0..m.n_users).step_by(CHUNK_USERS).collect();
     let parts: Vec<Aggregator> = starts
         .into_par_iter()
@@ -156,11 +155,11 @@ pub fn simulate_round(
             let mut agg = Aggregator::new(state);
             for u in start..(start + CHUNK_USERS).min(m.n_users) {
                 let ratings = user_ratings(m, u);
-                let profile = local_profile(state, &ratings).map_err(num)?;
+                let profile = local_profile(state, &ratings)?;
                 let mut rng = DpRng::from_seed(key);
                 rng.set_stream(u as u64);
-                let r = report_with_profile(state, &ratings, &profile, &mut rng).map_err(num)?;
-                agg.add(state, &r).map_err(num)?;
+                let r = report_with_profile(state, &ratings, &profile, &mut rng)?;
+                agg.add(state, &r)?;
             }
             Ok(agg)
         })
@@ -179,10 +178,7 @@ pub fn local_profiles(
 ) -> Result<Vec<LocalProfile>, TrainError> {
     (0..m.n_users)
         .into_par_iter()
-        .map(|u| {
-            local_profile(state, &user_ratings(m, u))
-                .map_err(|e| TrainError::Numerical(e.to_string()))
-        })
+        .map(|u| Ok(local_profile(state, &user_ratings(m, u))?))
         .collect()
 }
 
@@ -217,7 +213,6 @@ impl Trainer for PrivateGd {
             return Err(TrainError::EmptyData);
         }
         let m = data.matrix;
-        let num = |e: crate::ldp::private_gd::ProtocolError| TrainError::Numerical(e.to_string());
         let offset = self
             .offset
             .unwrap_or((data.scale.min + data.scale.max) / 2.0);
@@ -228,12 +223,11 @@ impl Trainer for PrivateGd {
                 reason: e.to_string(),
             })
         })?;
-        let recovery = Recovery::new(&schedule, m.n_items).map_err(num)?;
-        let mut state =
-            RoundState::initial(schedule.clone(), m.n_items, self.init_sd, rng).map_err(num)?;
+        let recovery = Recovery::new(&schedule, m.n_items)?;
+        let mut state = RoundState::initial(schedule.clone(), m.n_items, self.init_sd, rng)?;
         for _ in 0..self.rounds {
             let agg = simulate_round(&state, m, rng.random())?;
-            state = next_state(&state, &recovery, &agg).map_err(num)?;
+            state = next_state(&state, &recovery, &agg)?;
         }
         let profiles = local_profiles(&state, m)?;
         let mut model = FactorModel::zeros(m.n_users, m.n_items, self.d, offset, data.scale);

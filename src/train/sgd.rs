@@ -16,6 +16,7 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
 use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use crate::data::Ratings;
 use crate::rng::{self, DpRng};
 
 #[derive(Debug, Clone)]
@@ -255,6 +256,22 @@ fn pass(s: &Step, entries: &[Entry], users: &mut RowBlock<'_>, items: &mut RowBl
     }
 }
 
+/// The ratings bucketed by (user block, item block), in layout positions: bucket
+/// `a * blocks + b` holds the ratings of user block `a` and item block `b`.
+fn bucket_ratings(r: &Ratings, users: &Layout, items: &Layout, blocks: usize) -> Vec<Vec<Entry>> {
+    let mut buckets: Vec<Vec<Entry>> = vec![Vec::new(); blocks * blocks];
+    for k in 0..r.len() {
+        let (user, item) = (r.users[k], r.items[k]);
+        let slot = users.block_of(user) * blocks + items.block_of(item);
+        buckets[slot].push(Entry {
+            user: users.pos[user as usize],
+            item: items.pos[item as usize],
+            value: r.values[k],
+        });
+    }
+    buckets
+}
+
 impl Trainer for SgdMf {
     fn name(&self) -> &'static str {
         "sgd-mf"
@@ -278,8 +295,7 @@ impl Trainer for SgdMf {
             return Err(TrainError::EmptyData);
         }
         let (nu, ni, d) = (r.n_users, r.n_items, self.d);
-        let init =
-            Normal::new(0.0, self.init_sd).map_err(|e| TrainError::Numerical(e.to_string()))?;
+        let init = Normal::new(0.0, self.init_sd)?;
         // Factors are trained in f32 (twice the SIMD width, half the memory traffic) and
         // widened to f64 in the published model.
         let mut p: Vec<f32> = (0..nu * d).map(|_| init.sample(rng) as f32).collect();
@@ -291,17 +307,7 @@ impl Trainer for SgdMf {
         let users = Layout::balanced(&r.users, nu, blocks);
         let items = Layout::balanced(&r.items, ni, blocks);
         let (ub, ib) = (&users.bounds, &items.bounds);
-        // Bucket the ratings by (user block, item block) once, in layout positions.
-        let mut buckets: Vec<Vec<Entry>> = vec![Vec::new(); blocks * blocks];
-        for k in 0..r.len() {
-            let (user, item) = (r.users[k], r.items[k]);
-            let slot = users.block_of(user) * blocks + items.block_of(item);
-            buckets[slot].push(Entry {
-                user: users.pos[user as usize],
-                item: items.pos[item as usize],
-                value: r.values[k],
-            });
-        }
+        let mut buckets = bucket_ratings(r, &users, &items, blocks);
         let base_seed: u64 = rng.random();
         let mut step = Step {
             d,

@@ -57,11 +57,13 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 use rand::Rng;
 use rayon::prelude::*;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
-use super::gaussian_mf::{check_user_step_inputs, user_rng, UserOffsets, UserStepOutput};
+use super::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use super::gaussian_mf::{
+    check_user_step_inputs, user_rng, user_step_charges, UserOffsets, UserStepOutput,
+};
 use super::linalg::cholesky_solve;
 use super::params::ParamError;
-use super::{ReleaseCharges, TrainError};
+use super::TrainError;
 use crate::accountant::PrivacyEvent;
 use crate::data::Compressed;
 use crate::privacy::gaussian;
@@ -72,10 +74,6 @@ fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
         key: key.to_owned(),
         reason: reason.into(),
     })
-}
-
-fn numerical(e: impl std::fmt::Display) -> TrainError {
-    TrainError::Numerical(e.to_string())
 }
 
 /// Hyper-parameters of [`ssp_user_step`]. All public.
@@ -163,7 +161,7 @@ impl SspConfig {
 
     /// The event each eligible user with ratings is charged: Gaussian { z, count: 1 }.
     pub fn event(&self) -> Result<PrivacyEvent, TrainError> {
-        PrivacyEvent::gaussian(self.noise_multiplier, 1).map_err(numerical)
+        Ok(PrivacyEvent::gaussian(self.noise_multiplier, 1)?)
     }
 
     /// Dimension of theta for `d` latent coordinates (`d + 1` with a bias coordinate).
@@ -288,7 +286,7 @@ pub fn noisy_statistics(
             );
             let mut urng = user_rng(key, u);
             for v in s.iter_mut() {
-                *v += gaussian(std, &mut urng).map_err(numerical)?;
+                *v += gaussian(std, &mut urng)?;
             }
             Ok(())
         })?;
@@ -392,13 +390,6 @@ pub fn ssp_user_step(
         }
     }
     let event = cfg.event()?;
-    let users: Vec<UserCharge> = (0..n_users)
-        .filter(|&u| eligible.is_none_or(|e| e[u]) && by_user.row_len(u) > 0)
-        .map(|u| UserCharge {
-            user: u as u32,
-            event: event.clone(),
-        })
-        .collect();
     let params = serde_json::json!({
         "noise_multiplier": cfg.noise_multiplier, "noise_std": noise_std,
         "sensitivity": cfg.sensitivity(), "clip_y": cfg.clip_y, "lambda_u": cfg.lambda_u,
@@ -406,16 +397,13 @@ pub fn ssp_user_step(
         "released": "upper triangle of A_u = sum x_j x_j^T and b_u = sum y_uj x_j, ||x_j|| <= 1, |y_uj| <= clip_y",
         "item_features": "public (fixed during the step), rows clipped to norm 1",
     });
-    let charges = ReleaseCharges {
-        mechanisms: vec![MechanismRecord {
-            name: "ssp-user-step".into(),
-            params,
-            unit: PrivacyUnit::Rating,
-            neighbour: cfg.neighbour,
-        }],
-        ratings: Vec::new(),
-        users,
+    let record = MechanismRecord {
+        name: "ssp-user-step".into(),
+        params,
+        unit: PrivacyUnit::Rating,
+        neighbour: cfg.neighbour,
     };
+    let charges = user_step_charges(by_user, eligible, &event, record);
     Ok(UserStepOutput {
         user_factors,
         user_bias,

@@ -164,7 +164,7 @@ pub fn settings(url: &str) -> Settings {
     ];
     s.scheduler.enabled = false;
     s.trainer.seed = Some(7);
-    s.budget.share = "fraction:0.4".into();
+    s.budget.share = dprec::ledger::SharePolicy::Fraction(0.4);
     s.budget.popularity_eps = 0.01;
     s
 }

@@ -201,7 +201,7 @@ both_backends!(spend_never_exceeds_eps);
 async fn user_filter_is_never_exceeded(url: &str) {
     let (t, _) = FakeDp::gaussian(10.0);
     let mut s = settings(url);
-    s.budget.share = "split:20".into();
+    s.budget.share = dprec::ledger::SharePolicy::Split(20);
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     ingest_grid(&app, 3, 5, 1.0).await;
     let (st, _) = app

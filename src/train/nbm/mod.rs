@@ -38,6 +38,7 @@ use rand::seq::SliceRandom;
 use self::model::{NbmModel, NO_ANCHOR};
 use self::sgd::{LoopConfig, LoopStats, Update};
 use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
+use super::gaussian_mf::calibrate_decreasing;
 use super::params::ParamError;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
@@ -52,10 +53,6 @@ fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
         key: key.to_owned(),
         reason: reason.into(),
     })
-}
-
-fn numerical(e: impl std::fmt::Display) -> TrainError {
-    TrainError::Numerical(e.to_string())
 }
 
 /// Which trainer.
@@ -200,13 +197,16 @@ impl Nbm {
 
     /// User level: one user added or removed, `steps` Poisson-subsampled Gaussian steps.
     pub fn user_level_event(&self) -> Result<PrivacyEvent, TrainError> {
-        PrivacyEvent::poisson_subsampled_gaussian(self.q, self.z, self.steps as u64)
-            .map_err(numerical)
+        Ok(PrivacyEvent::poisson_subsampled_gaussian(
+            self.q,
+            self.z,
+            self.steps as u64,
+        )?)
     }
 
     /// Rating level: one rating added or removed = one user's record replaced.
     pub fn rating_level_event(&self) -> Result<PrivacyEvent, TrainError> {
-        PrivacyEvent::replace_one(self.user_level_event()?).map_err(numerical)
+        Ok(PrivacyEvent::replace_one(self.user_level_event()?)?)
     }
 
     /// The per-release rating eps `t` at `delta_r` (accountant).
@@ -329,9 +329,9 @@ impl Nbm {
         stats: &LoopStats,
     ) -> Result<ReleaseCharges, TrainError> {
         // The events are those of the steps that ran (never the configured count).
-        let user_event = PrivacyEvent::poisson_subsampled_gaussian(self.q, self.z, stats.steps_run)
-            .map_err(numerical)?;
-        let rating_event = PrivacyEvent::replace_one(user_event.clone()).map_err(numerical)?;
+        let user_event =
+            PrivacyEvent::poisson_subsampled_gaussian(self.q, self.z, stats.steps_run)?;
+        let rating_event = PrivacyEvent::replace_one(user_event.clone())?;
         let t = event_eps(&rating_event, self.delta_r)?;
         let user_eps = event_eps(&user_event, self.delta_u)?;
         let mut params = serde_json::json!({
@@ -391,9 +391,8 @@ impl Nbm {
 
 /// eps at `delta` of one event (default order grid, improved conversion).
 pub fn event_eps(event: &PrivacyEvent, delta: f64) -> Result<f64, TrainError> {
-    let curve =
-        compose_events(std::slice::from_ref(event), &default_orders()).map_err(numerical)?;
-    Ok(eps_from_rdp(&curve, delta).map_err(numerical)?.eps)
+    let curve = compose_events(std::slice::from_ref(event), &default_orders())?;
+    Ok(eps_from_rdp(&curve, delta)?.eps)
 }
 
 /// The smallest noise multiplier z (to 1e-9 relative) for which `steps` Poisson-subsampled
@@ -404,34 +403,10 @@ pub fn calibrate(eps: f64, delta_r: f64, q: f64, steps: u64) -> Result<f64, Trai
         return Err(invalid("eps", format!("must be finite and > 0, got {eps}")));
     }
     let f = |z: f64| -> Result<f64, TrainError> {
-        let e = PrivacyEvent::replace_one(
-            PrivacyEvent::poisson_subsampled_gaussian(q, z, steps).map_err(numerical)?,
-        )
-        .map_err(numerical)?;
+        let e = PrivacyEvent::replace_one(PrivacyEvent::poisson_subsampled_gaussian(q, z, steps)?)?;
         event_eps(&e, delta_r)
     };
-    let (mut lo, mut hi) = (0.5, 0.5);
-    while f(hi)? > eps {
-        hi *= 2.0;
-        if hi > 1e6 {
-            return Err(invalid("eps", format!("{eps} is too small to calibrate")));
-        }
-    }
-    while f(lo)? <= eps {
-        lo /= 2.0;
-        if lo < 1e-3 {
-            return Err(invalid("eps", format!("{eps} is too large to calibrate")));
-        }
-    }
-    while hi / lo - 1.0 > 1e-9 {
-        let mid = (lo * hi).sqrt();
-        if f(mid)? > eps {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(hi)
+    calibrate_decreasing(eps, f, 0.5, (1e-3, 1e6), 1e-9)
 }
 
 /// [`select_ratings`]'s result: kept flags per rating, the charges of every offered
@@ -457,8 +432,8 @@ pub fn select_ratings(
         let eps = match budgets.map(|b| b[k]) {
             Some(b) if b <= 0.0 => continue,
             Some(b) if b < t => {
-                *keep = sample_in(b, t, rng).map_err(numerical)?;
-                sampling_charge(b, t).map_err(numerical)?
+                *keep = sample_in(b, t, rng)?;
+                sampling_charge(b, t)?
             }
             _ => {
                 *keep = true;

@@ -19,7 +19,7 @@
 
 use ndarray::{Array1, Array2};
 
-use super::step::{invalid, privacy_err, rating_and_user_charges};
+use super::step::{invalid, rating_and_user_charges};
 use super::{parse_threshold, preferences, random_unit_rows, threshold_name, PreferenceGroups};
 use crate::privacy::{self, Threshold};
 use crate::rng::DpRng;
@@ -145,25 +145,62 @@ impl Trainer for PaperPmf {
         // Algorithm 1: RSM.
         let mut kept = Vec::new();
         for (k, &e) in eligible.iter().enumerate() {
-            if e > 0.0 && privacy::sample_in(e, t, rng).map_err(privacy_err)? {
+            if e > 0.0 && privacy::sample_in(e, t, rng)? {
                 kept.push(k);
             }
         }
+        let (nu, ni) = (data.matrix.n_users, data.matrix.n_items);
+        let (u, vbar) = self.algorithm2(data, &kept, t, rng)?;
+        let (ratings, users) = rating_and_user_charges(r, &eligible, t)?;
+        let record = self.mechanism_record(t, data.scale.width());
+        let model = FactorModel {
+            global_mean: 0.0,
+            user_bias: Array1::zeros(nu),
+            item_bias: Array1::zeros(ni),
+            user_factors: u,
+            item_factors: vbar,
+            scale: data.scale,
+        };
+        Ok(Fitted {
+            model,
+            charges: ReleaseCharges {
+                mechanisms: vec![record],
+                ratings,
+                users,
+            },
+            guarantee: Guarantee::PaperClaimed,
+            ranker: None,
+        })
+    }
+}
+
+impl PaperPmf {
+    /// Algorithm 2 on the kept ratings (positions in `data.ratings`): random unit-norm
+    /// U, V; `k1` non-private PMF gradient iterations; then V-bar from V with `k2`
+    /// perturbed iterations at threshold `t`. Returns (U, V-bar).
+    fn algorithm2(
+        &self,
+        data: &TrainData<'_>,
+        kept: &[usize],
+        t: f64,
+        rng: &mut DpRng,
+    ) -> Result<(Array2<f64>, Array2<f64>), TrainError> {
+        let r = data.ratings;
         let (nu, ni, d) = (data.matrix.n_users, data.matrix.n_items, self.d);
         let mut nu_count = vec![0usize; nu];
         let mut ni_count = vec![0usize; ni];
-        for &k in &kept {
+        for &k in kept {
             nu_count[r.users[k] as usize] += 1;
             ni_count[r.items[k] as usize] += 1;
         }
-        // Algorithm 2: random unit-norm U, V; k1 non-private PMF gradient iterations.
+        // Random unit-norm U, V; k1 non-private PMF gradient iterations.
         let mut u = random_unit_rows(nu, d, rng);
         let mut v = random_unit_rows(ni, d, rng);
         let grads =
             |u: &Array2<f64>, v: &Array2<f64>, gu: &mut Array2<f64>, gv: &mut Array2<f64>| {
                 gu.fill(0.0);
                 gv.fill(0.0);
-                for &k in &kept {
+                for &k in kept {
                     let (i, j) = (r.users[k] as usize, r.items[k] as usize);
                     let e = r.values[k] as f64 - u.row(i).dot(&v.row(j));
                     gu.row_mut(i).scaled_add(-e, &v.row(j));
@@ -184,15 +221,20 @@ impl Trainer for PaperPmf {
         for _ in 0..self.k2 {
             grads(&u, &vbar, &mut gu, &mut gv);
             for mut row in gv.rows_mut() {
-                let eta = privacy::objective_perturbation(d, t, delta, rng).map_err(privacy_err)?;
+                let eta = privacy::objective_perturbation(d, t, delta, rng)?;
                 for (g, e) in row.iter_mut().zip(eta) {
                     *g += e;
                 }
             }
             row_step(&mut vbar, &gv, &ni_count, self.lambda_v, self.lr);
         }
-        let (ratings, users) = rating_and_user_charges(r, &eligible, t)?;
-        let record = MechanismRecord {
+        Ok((u, vbar))
+    }
+
+    /// What [`Trainer::fit`] records of its mechanism: the paper's claim, not a proof.
+    fn mechanism_record(&self, t: f64, delta: f64) -> MechanismRecord {
+        let d = self.d;
+        MechanismRecord {
             name: if self.uniform {
                 "paper-dp-pmf"
             } else {
@@ -210,24 +252,6 @@ impl Trainer for PaperPmf {
             }),
             unit: PrivacyUnit::Rating,
             neighbour: Neighbour::AddRemove,
-        };
-        let model = FactorModel {
-            global_mean: 0.0,
-            user_bias: Array1::zeros(nu),
-            item_bias: Array1::zeros(ni),
-            user_factors: u,
-            item_factors: vbar,
-            scale: data.scale,
-        };
-        Ok(Fitted {
-            model,
-            charges: ReleaseCharges {
-                mechanisms: vec![record],
-                ratings,
-                users,
-            },
-            guarantee: Guarantee::PaperClaimed,
-            ranker: None,
-        })
+        }
     }
 }

@@ -252,6 +252,78 @@ pub fn dp_item_step<R: Rng + ?Sized>(
     rng: &mut R,
 ) -> Result<ItemStepOutput, TrainError> {
     cfg.validate()?;
+    check_step_inputs(ratings, by_item, user_features, eligible)?;
+    let d = user_features.ncols();
+    let b = cfg.bias_weight;
+    let dim = d + usize::from(b > 0.0);
+    if dim == 0 {
+        return Err(invalid(
+            "d",
+            "d = 0 needs a bias coordinate (bias > 0)".into(),
+        ));
+    }
+    let offered_prefs = offered_preferences(eligible)?;
+    let t = cfg
+        .threshold
+        .compute(&offered_prefs)
+        .map_err(|e| invalid("threshold", e.to_string()))?;
+    let split = budget_split(t, cfg)?;
+
+    // 1. RSM coins, one per offered rating, in position order.
+    let kept = rsm_coins(eligible, t, rng)?;
+    let sampled = kept.iter().filter(|&&x| x).count();
+
+    // 2. Optional DP global mean of the kept ratings.
+    let global_mean = match cfg.mean {
+        Some(m) => Some(release_mean(ratings, &kept, m.scale, split.eps_mean, rng)?),
+        None => None,
+    };
+    let mu = global_mean.unwrap_or(0.0);
+
+    // 3. Objective perturbation: features, targets, one eta per item, then solves.
+    let lat = (1.0 - b * b).max(0.0).sqrt();
+    let x = item_step_features(user_features, ratings.n_users, dim, lat, b);
+    let y = item_step_targets(ratings, &kept, mu, offsets)?;
+    let n_items = by_item.n_rows();
+    let mut etas = Vec::with_capacity(n_items);
+    for _ in 0..n_items {
+        etas.push(privacy::objective_perturbation(
+            dim,
+            split.eps_noise,
+            cfg.loss_scale,
+            rng,
+        )?);
+    }
+    let problem = ItemProblems {
+        by_item,
+        kept: &kept,
+        x: &x,
+        y: &y,
+        dim,
+    };
+    let (item_factors, item_bias) = problem.solve(&etas, &split, cfg, d, lat, b)?;
+
+    let charges = step_charges(ratings, eligible, &split, cfg, dim)?;
+    Ok(ItemStepOutput {
+        item_factors,
+        item_bias,
+        global_mean,
+        offered: offered_prefs.len(),
+        sampled,
+        split,
+        dim,
+        charges,
+    })
+}
+
+/// The shapes [`dp_item_step`] needs: one `eligible` entry and one `by_item` source per
+/// rating, a feature row per user.
+fn check_step_inputs(
+    ratings: &Ratings,
+    by_item: &Compressed,
+    user_features: &Array2<f64>,
+    eligible: &[f64],
+) -> Result<(), TrainError> {
     let n = ratings.len();
     if eligible.len() != n {
         return Err(invalid(
@@ -275,15 +347,11 @@ pub fn dp_item_step<R: Rng + ?Sized>(
             ),
         ));
     }
-    let d = user_features.ncols();
-    let b = cfg.bias_weight;
-    let dim = d + usize::from(b > 0.0);
-    if dim == 0 {
-        return Err(invalid(
-            "d",
-            "d = 0 needs a bias coordinate (bias > 0)".into(),
-        ));
-    }
+    Ok(())
+}
+
+/// The (public) preferences of the offered ratings; errors on a bad entry or none offered.
+fn offered_preferences(eligible: &[f64]) -> Result<Vec<f64>, TrainError> {
     let mut offered_prefs = Vec::new();
     for (k, &e) in eligible.iter().enumerate() {
         if !(e.is_finite() && e >= 0.0) {
@@ -299,33 +367,37 @@ pub fn dp_item_step<R: Rng + ?Sized>(
     if offered_prefs.is_empty() {
         return Err(TrainError::EmptyData);
     }
-    let t = cfg
-        .threshold
-        .compute(&offered_prefs)
-        .map_err(|e| invalid("threshold", e.to_string()))?;
-    let split = budget_split(t, cfg)?;
+    Ok(offered_prefs)
+}
 
-    // 1. RSM coins, one per offered rating, in position order.
-    let mut kept = vec![false; n];
+/// Step 1: the RSM coin of every offered rating, drawn in position order.
+fn rsm_coins<R: Rng + ?Sized>(
+    eligible: &[f64],
+    t: f64,
+    rng: &mut R,
+) -> Result<Vec<bool>, TrainError> {
+    let mut kept = vec![false; eligible.len()];
     for (k, &e) in eligible.iter().enumerate() {
         if e > 0.0 {
-            kept[k] = privacy::sample_in(e, t, rng).map_err(privacy_err)?;
+            kept[k] = privacy::sample_in(e, t, rng)?;
         }
     }
-    let sampled = kept.iter().filter(|&&x| x).count();
+    Ok(kept)
+}
 
-    // 2. Optional DP global mean of the kept ratings.
-    let global_mean = match cfg.mean {
-        Some(m) => Some(release_mean(ratings, &kept, m.scale, split.eps_mean, rng)?),
-        None => None,
-    };
-    let mu = global_mean.unwrap_or(0.0);
-
-    // 3. Objective perturbation: features, targets, one eta per item, then solves.
-    let lat = (1.0 - b * b).max(0.0).sqrt();
+/// The features `x_i = [lat * u_i / max(1, ||u_i||), b]` of the first `n_users` users,
+/// row-major with `dim` columns.
+fn item_step_features(
+    user_features: &Array2<f64>,
+    n_users: usize,
+    dim: usize,
+    lat: f64,
+    b: f64,
+) -> Vec<f64> {
+    let d = user_features.ncols();
     let clipped = clip_rows(user_features);
-    let mut x = vec![0.0; ratings.n_users * dim];
-    for (i, row) in clipped.rows().into_iter().take(ratings.n_users).enumerate() {
+    let mut x = vec![0.0; n_users * dim];
+    for (i, row) in clipped.rows().into_iter().take(n_users).enumerate() {
         let xi = &mut x[i * dim..(i + 1) * dim];
         for (a, &u) in xi.iter_mut().zip(row.iter()) {
             *a = lat * u;
@@ -334,7 +406,17 @@ pub fn dp_item_step<R: Rng + ?Sized>(
             xi[d] = b;
         }
     }
-    let mut y = vec![0.0; n];
+    x
+}
+
+/// The targets `y_k = r_k - mu - offsets(k)` of the kept ratings (0 for the others).
+fn item_step_targets(
+    ratings: &Ratings,
+    kept: &[bool],
+    mu: f64,
+    offsets: impl Fn(usize) -> f64,
+) -> Result<Vec<f64>, TrainError> {
+    let mut y = vec![0.0; ratings.len()];
     for (k, yk) in y.iter_mut().enumerate() {
         if kept[k] {
             let o = offsets(k);
@@ -344,55 +426,63 @@ pub fn dp_item_step<R: Rng + ?Sized>(
             *yk = ratings.values[k] as f64 - mu - o;
         }
     }
-    let n_items = by_item.n_rows();
-    let mut etas = Vec::with_capacity(n_items);
-    for _ in 0..n_items {
-        etas.push(
-            privacy::objective_perturbation(dim, split.eps_noise, cfg.loss_scale, rng)
-                .map_err(privacy_err)?,
-        );
-    }
-    let solved: Vec<Result<Vec<f64>, TrainError>> = etas
-        .par_iter()
-        .enumerate()
-        .map(|(j, eta)| {
-            let (users, _) = by_item.row(j);
-            let src = by_item.row_source(j);
-            let mut xs = Vec::new();
-            let mut ys = Vec::new();
-            for (&u, &s) in users.iter().zip(src) {
-                if kept[s as usize] {
-                    let u = u as usize;
-                    xs.extend_from_slice(&x[u * dim..(u + 1) * dim]);
-                    ys.push(y[s as usize]);
-                }
-            }
-            solve_item(&xs, &ys, eta, split.lambda_v, cfg.loss_scale)
-        })
-        .collect();
-    let mut item_factors = Array2::zeros((n_items, d));
-    let mut item_bias = Array1::zeros(n_items);
-    for (j, v) in solved.into_iter().enumerate() {
-        let v = v?;
-        for a in 0..d {
-            item_factors[[j, a]] = lat * v[a];
-        }
-        if b > 0.0 {
-            item_bias[j] = b * v[d];
-        }
-    }
+    Ok(y)
+}
 
-    let charges = step_charges(ratings, eligible, &split, cfg, dim)?;
-    Ok(ItemStepOutput {
-        item_factors,
-        item_bias,
-        global_mean,
-        offered: offered_prefs.len(),
-        sampled,
-        split,
-        dim,
-        charges,
-    })
+/// The per-item regressions of step 3: the kept ratings of each item, by item.
+struct ItemProblems<'a> {
+    by_item: &'a Compressed,
+    kept: &'a [bool],
+    x: &'a [f64],
+    y: &'a [f64],
+    dim: usize,
+}
+
+impl ItemProblems<'_> {
+    /// Solves every item's perturbed objective (in parallel; each item's noise `etas[j]`
+    /// was drawn before) and splits each solution into the item's factors and bias.
+    fn solve(
+        &self,
+        etas: &[Vec<f64>],
+        split: &BudgetSplit,
+        cfg: &ItemStepConfig,
+        d: usize,
+        lat: f64,
+        b: f64,
+    ) -> Result<(Array2<f64>, Array1<f64>), TrainError> {
+        let dim = self.dim;
+        let solved: Vec<Result<Vec<f64>, TrainError>> = etas
+            .par_iter()
+            .enumerate()
+            .map(|(j, eta)| {
+                let (users, _) = self.by_item.row(j);
+                let src = self.by_item.row_source(j);
+                let mut xs = Vec::new();
+                let mut ys = Vec::new();
+                for (&u, &s) in users.iter().zip(src) {
+                    if self.kept[s as usize] {
+                        let u = u as usize;
+                        xs.extend_from_slice(&self.x[u * dim..(u + 1) * dim]);
+                        ys.push(self.y[s as usize]);
+                    }
+                }
+                solve_item(&xs, &ys, eta, split.lambda_v, cfg.loss_scale)
+            })
+            .collect();
+        let n_items = etas.len();
+        let mut item_factors = Array2::zeros((n_items, d));
+        let mut item_bias = Array1::zeros(n_items);
+        for (j, v) in solved.into_iter().enumerate() {
+            let v = v?;
+            for a in 0..d {
+                item_factors[[j, a]] = lat * v[a];
+            }
+            if b > 0.0 {
+                item_bias[j] = b * v[d];
+            }
+        }
+        Ok((item_factors, item_bias))
+    }
 }
 
 /// The charges of one release: `min(eps_k, t)` for every offered rating (kept or not),
@@ -446,7 +536,7 @@ pub(crate) fn rating_and_user_charges(
     let mut rating_charges = Vec::new();
     for (k, &e) in eligible.iter().enumerate() {
         if e > 0.0 {
-            let c = privacy::sampling_charge(e, t).map_err(privacy_err)?;
+            let c = privacy::sampling_charge(e, t)?;
             rating_charges.push(RatingCharge {
                 position: k as u32,
                 eps: c,
@@ -463,8 +553,7 @@ pub(crate) fn rating_and_user_charges(
         if w > 0.0 {
             users.push(UserCharge {
                 user: u as u32,
-                event: PrivacyEvent::pure_dp(w, 1)
-                    .map_err(|e| TrainError::Numerical(e.to_string()))?,
+                event: PrivacyEvent::pure_dp(w, 1)?,
             });
         }
     }
@@ -681,10 +770,6 @@ pub(crate) fn invalid(key: &str, reason: String) -> TrainError {
         key: key.to_owned(),
         reason,
     })
-}
-
-pub(crate) fn privacy_err(e: privacy::PrivacyError) -> TrainError {
-    TrainError::Numerical(e.to_string())
 }
 
 #[cfg(test)]
