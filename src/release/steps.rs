@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{ReleaseConfig, ReleaseError};
 use crate::accountant::PrivacyEvent;
 use crate::data::{IdMap, Interactions, Ratings};
-use crate::ledger::{plan, Plan, PlanParams};
+use crate::ledger::{self, plan, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
 use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
@@ -126,6 +126,8 @@ pub struct TrainingSet {
     pub ratings: Ratings,
     /// The share of each rating this release may spend on training.
     pub budgets: Vec<f64>,
+    /// Each rating's Gaussian loss so far (zCDP `rho`).
+    pub rho: Vec<f64>,
 }
 
 /// Step 2: the training set of an admission.
@@ -147,6 +149,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
     }
     let mut ratings = Ratings::with_dims(users.len(), items.len());
     let mut budgets = Vec::with_capacity(plan.admitted.len());
+    let mut rho = Vec::with_capacity(plan.admitted.len());
     for a in &plan.admitted {
         let r = &snap.ratings[a.index];
         let (Some(u), Some(i)) = (users.get(&r.user), items.get(&r.item)) else {
@@ -154,6 +157,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         };
         ratings.push(u, i, r.value as f32);
         budgets.push(a.train_budget);
+        rho.push(a.rho);
     }
     let item_ids = (0..items.len() as u32)
         .map(|i| items.external(i).unwrap_or_default().to_string())
@@ -165,6 +169,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         item_ids,
         ratings,
         budgets,
+        rho,
     })
 }
 
@@ -179,6 +184,7 @@ pub async fn fit(
 ) -> Result<(Fitted, DpRng), ReleaseError> {
     let ratings = set.ratings.clone();
     let budgets = set.budgets.clone();
+    let rho = set.rho.clone();
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
     let fit = tokio::task::spawn_blocking(move || {
@@ -189,6 +195,7 @@ pub async fn fit(
                 matrix: &matrix,
                 scale,
                 budgets: Some(&budgets),
+                rating_rho: Some(&rho),
                 prior: prior.as_ref(),
             };
             let mut rng = crate::rng::from_seed_or_os(seed);
@@ -270,30 +277,45 @@ pub fn collect_charges(
     user_event: &PrivacyEvent,
 ) -> Result<Charges, ReleaseError> {
     let n = set.ratings.len();
-    if let Some(bad) = trainer.ratings.iter().find(|c| c.position as usize >= n) {
+    let positions = trainer.ratings.iter().map(|c| c.position);
+    let rho_positions = trainer.rating_rho.iter().map(|c| c.position);
+    if let Some(bad) = positions.chain(rho_positions).find(|&p| p as usize >= n) {
         return Err(ReleaseError::BadCharge(format!(
-            "trainer charged unknown rating position {}",
-            bad.position
+            "trainer charged unknown rating position {bad}"
         )));
     }
     let train = trainer.rating_totals(n);
+    let rho = trainer.rating_rho_totals(n);
     let pop = popularity.rating_totals(n);
     let mut ratings = Vec::new();
     for (k, a) in plan.admitted.iter().enumerate() {
-        if !(train[k].is_finite() && train[k] >= 0.0 && train[k] <= a.train_budget) {
+        // What the trainer added to the rating's loss bound: its pure eps plus the
+        // increase of the converted Gaussian part (exactly `train[k]` without one).
+        let r = &snap.ratings[a.index];
+        let added = if rho[k] == 0.0 {
+            train[k]
+        } else {
+            ledger::rating_loss(r.spent + train[k], r.rho + rho[k])
+                - ledger::rating_loss(r.spent, r.rho)
+        };
+        // The Gaussian conversion is recomputed in another order of operations than the
+        // trainer's: allow rounding here; the commit re-checks eps_ij exactly.
+        let slack = if rho[k] == 0.0 { 0.0 } else { 1e-9 };
+        let valid = train[k].is_finite() && train[k] >= 0.0 && rho[k].is_finite() && rho[k] >= 0.0;
+        if !(valid && added <= a.train_budget * (1.0 + slack)) {
             return Err(ReleaseError::BadCharge(format!(
-                "trainer charged rating position {k} eps {}, above its budget {}",
-                train[k], a.train_budget
+                "trainer charged rating position {k} eps {added}, above its budget {}",
+                a.train_budget
             )));
         }
-        if train[k] + pop[k] > 0.0 {
-            let r = &snap.ratings[a.index];
+        if train[k] + pop[k] > 0.0 || rho[k] > 0.0 {
             ratings.push(RatingChargeRow {
                 rating_id: r.id,
                 user: r.user.clone(),
                 item: r.item.clone(),
                 eps_train: train[k],
                 eps_popularity: pop[k],
+                rho: rho[k],
             });
         }
     }

@@ -260,7 +260,7 @@ impl Store {
     /// Live ratings of live users, their budgets, and the item catalogue.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let rows = sqlx::query(
-            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent FROM ratings r \
+            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho FROM ratings r \
              JOIN users u ON u.id = r.user_id \
              WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
         )
@@ -275,6 +275,7 @@ impl Store {
                 value: r.try_get(3)?,
                 eps: r.try_get(4)?,
                 spent: r.try_get(5)?,
+                rho: r.try_get(6)?,
             });
         }
         let mut users = BTreeMap::new();

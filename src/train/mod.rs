@@ -69,6 +69,9 @@ pub struct TrainData<'a> {
     /// allows), aligned with `ratings`. `None`: the trainer's own eps parameters apply.
     /// Preferences are public metadata (DESIGN 2.7).
     pub budgets: Option<&'a [f64]>,
+    /// Per rating (aligned with `ratings`): the Gaussian part of its loss so far (zCDP
+    /// `rho`, [`crate::ledger::rating_loss`]); `None`: 0 for every rating.
+    pub rating_rho: Option<&'a [f64]>,
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
@@ -82,6 +85,7 @@ impl<'a> TrainData<'a> {
             matrix,
             scale,
             budgets: None,
+            rating_rho: None,
             prior: None,
         }
     }

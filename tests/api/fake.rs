@@ -141,6 +141,7 @@ impl Trainer for FakeDp {
                 }],
                 ratings,
                 users,
+                rating_rho: Vec::new(),
             },
             guarantee: Guarantee::Proven,
             ranker: None,

@@ -104,7 +104,10 @@ async fn served_lists_equal_eval_lists(url: &str) {
     // The stored release, read back as a restarted service and eval would.
     let row = app.store.latest_model().await.unwrap().unwrap();
     let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
-    let ranker = stored.ranker.expect("dp-topn stores its ranker").into_ranker();
+    let ranker = stored
+        .ranker
+        .expect("dp-topn stores its ranker")
+        .into_ranker();
     let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
     let index = |i: &str| items.iter().position(|x| x == i);
     let users: Vec<String> = data.test.iter().map(|(u, _)| u.clone()).collect();
@@ -198,3 +201,46 @@ async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
     again.stop().await;
 }
 both_backends!(own_ratings_answer_without_retrain_and_after_restart);
+
+/// Rating level with the served default: a rating that can afford it takes full part in
+/// every release and is charged the Gaussian part of its loss, composed in zCDP: after
+/// two releases its audited spend is `eps(2 rho)` at delta_r, well below twice one
+/// release, and within eps_ij.
+async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
+    let data = tastes(200);
+    let mut s = served_settings(url);
+    s.budget.max_rating_eps = 100.0;
+    s.budget.share = "fraction:0.5".parse().unwrap();
+    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
+        .train
+        .iter()
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(50.0)))
+        .collect();
+    app.ingest(&rows).await;
+    let first = app.retrain().await;
+    assert_eq!(first.status, "succeeded", "{first:?}");
+    let (_, cur) = app.get("/v1/models/current", READER).await;
+    let z_r = cur["release"]["mechanisms"][1]["params"]["rating_multiplier"]
+        .as_f64()
+        .unwrap();
+    let rho = 1.0 / (2.0 * z_r * z_r);
+    let one = dprec::ledger::gaussian_eps(rho);
+    assert!(one < 25.0, "the first release is affordable: {one}");
+    let audit = app.audit("user001", "").await;
+    assert!(audit
+        .ratings
+        .entries
+        .iter()
+        .all(|r| r.releases == 1 && (r.spent - one).abs() < 1e-9 * one));
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let two = dprec::ledger::gaussian_eps(2.0 * rho);
+    let audit = app.audit("user001", "").await;
+    for r in &audit.ratings.entries {
+        assert_eq!(r.releases, 2, "{r:?}");
+        assert!((r.spent - two).abs() < 1e-9 * two, "{r:?} vs {two}");
+        assert!(r.spent < 1.6 * one && r.spent <= r.eps, "{r:?}");
+    }
+    app.stop().await;
+}
+both_backends!(ratings_compose_their_gaussian_part_across_releases);
