@@ -211,7 +211,7 @@ impl Default for AuthSettings {
 impl Default for TrainerSettings {
     fn default() -> Self {
         Self {
-            name: "dp-alt".into(),
+            name: "dp-topn".into(),
             params: BTreeMap::new(),
             allow_non_private: false,
             seed: None,
@@ -540,7 +540,7 @@ mod tests {
         assert_eq!(s.server.bind, "127.0.0.1:2");
         assert!(s.trainer.allow_non_private);
         assert_eq!(s.database.url, "postgres://x");
-        assert_eq!(s.trainer.name, "dp-alt");
+        assert_eq!(s.trainer.name, "dp-topn");
     }
 
     /// The sample production config in deploy/ parses and validates.
@@ -550,7 +550,7 @@ mod tests {
         let s: Settings = toml::Value::Table(t).try_into().unwrap();
         s.validate().unwrap();
         assert_eq!(s.auth.keys.len(), 3);
-        assert_eq!(s.trainer.name, "dp-alt");
+        assert_eq!(s.trainer.name, "dp-topn");
     }
 
     /// Environment errors name the variable, its value and the expected format; a

@@ -82,6 +82,7 @@ fn one_rating_does_not_change_any_other_admission() {
         user: user.into(),
         eps,
         spent: 0.0,
+        rho: 0.0,
     };
     let d_minus: Vec<RatingBudget> = vec![r(1, "u", 1.0), r(2, "u", 1.0), r(3, "v", 1.0)];
     let mut d = d_minus.clone();
@@ -127,6 +128,7 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
             user: format!("u{}", k % 4),
             eps,
             spent: 0.0,
+            rho: 0.0,
         });
     }
     let names = ["u0", "u1", "u2", "u3"];
@@ -182,6 +184,7 @@ fn default_config_gives_every_user_all_planned_releases() {
             user: format!("u{}", k % 5),
             eps: prefs[k as usize % prefs.len()],
             spent: 0.0,
+            rho: 0.0,
         })
         .collect();
     let names = ["u0", "u1", "u2", "u3", "u4"];
@@ -240,6 +243,7 @@ fn published(trainer: &dyn Trainer, r: &Ratings, budgets: &[f64]) -> Vec<serde_j
         matrix: &m,
         scale: scale(),
         budgets: Some(budgets),
+        rating_rho: None,
         prior: None,
     };
     let mut rng = dprec::rng::seeded(3);
@@ -291,6 +295,7 @@ fn gaussian_mf_charges_every_rating_it_touches() {
         matrix: &m,
         scale: scale(),
         budgets: Some(&budgets),
+        rating_rho: None,
         prior: None,
     };
     let mut rng = dprec::rng::seeded(5);

@@ -57,10 +57,10 @@ async fn user_facts(
         return Ok(f);
     }
     let stored = state.store.user(user).await?;
-    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts {
-        deleted: stored.as_ref().is_some_and(|u| u.deleted),
-        rated: state.store.rated_items(user).await?.into_iter().collect(),
-    });
+    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts::new(
+        stored.as_ref().is_some_and(|u| u.deleted),
+        state.store.user_ratings(user).await?,
+    ));
     state.user_facts.insert(user, facts.clone());
     Ok(facts)
 }
@@ -92,7 +92,14 @@ pub async fn recommendations(
     } else {
         &facts.rated
     };
-    let top = model.top_n(user.as_str(), n, offset, exclude, facts.deleted);
+    let top = model.top_n(&crate::serve::TopNQuery {
+        user: user.as_str(),
+        n,
+        offset,
+        exclude,
+        own: &facts.ratings,
+        force_fallback: facts.deleted,
+    });
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,

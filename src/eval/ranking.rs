@@ -61,22 +61,8 @@ pub struct RankingMetrics {
     pub users: usize,
 }
 
-/// The `k` best items of `scores` (descending score, ties to the smaller index),
-/// skipping `excluded` items and items scored `-inf` or NaN.
-pub fn top_k(scores: &[f64], excluded: &[bool], k: usize) -> Vec<usize> {
-    let mut cand: Vec<usize> = (0..scores.len())
-        .filter(|&j| !excluded.get(j).copied().unwrap_or(false))
-        .filter(|&j| scores[j] > f64::NEG_INFINITY)
-        .collect();
-    let better = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
-    if cand.len() > k && k > 0 {
-        cand.select_nth_unstable_by(k - 1, better);
-        cand.truncate(k);
-    }
-    cand.sort_unstable_by(better);
-    cand.truncate(k);
-    cand
-}
+/// The list function the service uses too (serving equals eval).
+pub use crate::train::ranker::top_k;
 
 /// Precision, recall and NDCG at `k` of one list against a relevant set.
 pub fn list_metrics(list: &[usize], relevant: &[usize], k: usize) -> (f64, f64, f64) {

@@ -2,7 +2,8 @@
 //!
 //! This module is the pure budget arithmetic (no I/O): the per-release share of a
 //! rating's eps_ij ([`SharePolicy`], [`release_share`]), the exact spend check
-//! ([`fits`]), the per-user RDP cost of a release ([`user_cost`]) and the admission plan
+//! ([`fits`]), a rating's loss with its Gaussian part in zCDP ([`rating_loss`]), the
+//! per-user RDP cost of a release ([`user_cost`]) and the admission plan
 //! of a release ([`plan`]). The transaction that records a release re-checks these with the
 //! stored state; its SQL lives with the store (`crate::store::commit_release`).
 //! The semantics are written down in docs/LEDGER.md.
@@ -125,6 +126,45 @@ impl<'de> serde::Deserialize<'de> for SharePolicy {
     }
 }
 
+/// The public delta at which a rating's Gaussian loss (its `rho`) is stated in eps.
+pub const RATING_DELTA: f64 = 1e-6;
+
+/// eps at [`RATING_DELTA`] of a `rho`-zCDP loss (Renyi divergence `alpha * rho` at every
+/// order: the composition of Gaussian mechanisms, `rho = sum 1 / (2 z^2)` for
+/// multipliers `z`), by the accountant's conversion on the default orders. 0 for 0.
+pub fn gaussian_eps(rho: f64) -> f64 {
+    if rho.is_nan() {
+        return f64::INFINITY;
+    }
+    if rho <= 0.0 {
+        return 0.0;
+    }
+    let orders = default_orders();
+    let values = orders.iter().map(|a| a * rho).collect();
+    RdpCurve::new(orders, values)
+        .and_then(|c| crate::accountant::eps_from_rdp(&c, RATING_DELTA))
+        .map_or(f64::INFINITY, |g| g.eps)
+}
+
+/// A rating's privacy-loss bound at [`RATING_DELTA`] (rating level, DESIGN 3): its pure
+/// spend (`spent`: pure-DP charges and per-release conversions, added up) plus its
+/// Gaussian part `rho`, composed in zCDP and converted once. Full-participation Gaussian
+/// releases compose as `sqrt(T)`, not `T`, so a rating can take part in a lifetime of
+/// releases within a moderate eps_ij (docs/LEDGER.md).
+pub fn rating_loss(spent: f64, rho: f64) -> f64 {
+    spent + gaussian_eps(rho)
+}
+
+/// Whether a charge of pure `charge` and Gaussian `rho_add` keeps a rating at
+/// `(spent, rho)` within `eps`, in the arithmetic the ledger stores (no tolerance).
+pub fn fits_with_rho(eps: f64, spent: f64, rho: f64, charge: f64, rho_add: f64) -> bool {
+    charge.is_finite()
+        && charge >= 0.0
+        && rho_add.is_finite()
+        && rho_add >= 0.0
+        && rating_loss(spent + charge, rho + rho_add) <= eps
+}
+
 /// Whether charging `charge` on top of `spent` keeps the rating within `eps`, in the
 /// floating-point arithmetic that the ledger stores (no tolerance).
 pub fn fits(eps: f64, spent: f64, charge: f64) -> bool {
@@ -169,12 +209,15 @@ pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, AccountantError> {
 }
 
 /// A rating as the planner sees it (no value needed to plan).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RatingBudget {
     pub id: i64,
     pub user: String,
     pub eps: f64,
+    /// Pure spend (see [`rating_loss`]).
     pub spent: f64,
+    /// Gaussian part, zCDP `rho` (see [`rating_loss`]).
+    pub rho: f64,
 }
 
 /// A user's RDP budget and what it has consumed.
@@ -223,6 +266,9 @@ pub struct Admitted {
     pub popularity: bool,
     /// What the trainer may spend: `share - popularity_eps` if counted, else `share`.
     pub train_budget: f64,
+    /// The rating's Gaussian loss so far (zCDP `rho`): a Gaussian trainer's charge is
+    /// the increase of [`gaussian_eps`] from here.
+    pub rho: f64,
 }
 
 /// The admission plan of one release.
@@ -269,8 +315,13 @@ pub fn plan(
 ) -> Plan {
     let mut out = Plan::default();
     let mut by_user: BTreeMap<&str, Vec<Admitted>> = BTreeMap::new();
+    let mut loss_of: std::collections::HashMap<(u64, u64), f64> = Default::default();
     for (index, r) in ratings.iter().enumerate() {
-        match release_share(params.policy, r.eps, r.spent, params.min_release_eps) {
+        // Most ratings share the same (spent, rho): convert each pair once.
+        let loss = *loss_of
+            .entry((r.spent.to_bits(), r.rho.to_bits()))
+            .or_insert_with(|| rating_loss(r.spent, r.rho));
+        match release_share(params.policy, r.eps, loss, params.min_release_eps) {
             None => out.ratings_exhausted += 1,
             Some(share) => {
                 let popularity = share >= 2.0 * params.popularity_eps;
@@ -284,6 +335,7 @@ pub fn plan(
                     share,
                     popularity,
                     train_budget,
+                    rho: r.rho,
                 });
             }
         }
@@ -319,6 +371,59 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Gaussian part is converted as the accountant converts a Gaussian: `rho` of
+    /// multiplier `z` is `1 / (2 z^2)` (a wrong factor of 2 in either place fails), and
+    /// T full participations cost far less than T times one (sqrt composition).
+    #[test]
+    fn gaussian_part_matches_the_accountant_and_composes_sublinearly() {
+        for z in [0.5, 1.0, 3.0] {
+            let curve = compose_events(&[PrivacyEvent::gaussian(z, 1).unwrap()], &default_orders())
+                .unwrap();
+            let want = crate::accountant::eps_from_rdp(&curve, RATING_DELTA)
+                .unwrap()
+                .eps;
+            let got = gaussian_eps(1.0 / (2.0 * z * z));
+            assert!((got - want).abs() < 1e-9 * want, "z {z}: {got} vs {want}");
+            assert!(gaussian_eps(1.0 / (z * z)) > want * 1.2, "z {z}");
+        }
+        let rho = 1.0 / (2.0 * 3.0 * 3.0);
+        let one = gaussian_eps(rho);
+        let fifty_two = gaussian_eps(52.0 * rho);
+        assert!(fifty_two < 52.0 * one / 4.0, "{fifty_two} vs 52 x {one}");
+        assert_eq!(gaussian_eps(0.0), 0.0);
+        assert_eq!(rating_loss(0.25, 0.0), 0.25);
+        assert!(gaussian_eps(f64::NAN).is_infinite());
+        // The exact check the commit applies.
+        assert!(fits_with_rho(one + 0.1, 0.1, 0.0, 0.0, rho));
+        assert!(!fits_with_rho(one + 0.1, 0.1 + 1e-9, 0.0, 0.0, rho));
+        assert!(!fits_with_rho(10.0, 0.0, 0.0, 0.0, -rho));
+    }
+
+    /// Admission sees a rating's whole loss bound (pure + converted Gaussian part).
+    #[test]
+    fn plan_counts_the_gaussian_part_of_a_rating() {
+        let params = PlanParams {
+            policy: SharePolicy::Fraction(1.0),
+            min_release_eps: 0.001,
+            popularity_eps: 0.0,
+            user_event: None,
+            check_user_filter: false,
+        };
+        let rho = 0.05;
+        let r = RatingBudget {
+            id: 1,
+            user: "u".into(),
+            eps: 2.0,
+            spent: 0.5,
+            rho,
+        };
+        let p = plan(&params, &[r], &BTreeMap::new());
+        let a = &p.admitted[0];
+        assert_eq!(a.rho, rho);
+        let left = 2.0 - rating_loss(0.5, rho);
+        assert!((a.train_budget - left).abs() < 1e-12 && a.train_budget <= left);
+    }
 
     #[test]
     fn policy_parsing() {
@@ -429,6 +534,7 @@ mod tests {
             user: user.into(),
             eps,
             spent,
+            rho: 0.0,
         };
         let ratings = vec![
             r(1, "a", 1.0, 0.0),
@@ -470,6 +576,7 @@ mod tests {
                 user: "heavy".into(),
                 eps: if k == 7 { 10.0 } else { 1.0 },
                 spent: 0.0,
+                rho: 0.0,
             })
             .collect();
         many.push(RatingBudget {
@@ -477,6 +584,7 @@ mod tests {
             user: "light".into(),
             eps: 0.1,
             spent: 0.0,
+            rho: 0.0,
         });
         let p = plan(
             &params,
@@ -512,6 +620,7 @@ mod tests {
             user: "u".into(),
             eps: 0.01,
             spent: 0.0,
+            rho: 0.0,
         }];
         let p = plan(&params, &ratings, &users);
         assert!(p.admitted.is_empty());

@@ -336,7 +336,7 @@ impl Retrainer {
         let set = steps::training_set(&snap, &plan)?;
         let (fitted, mut rng) =
             steps::fit(trainer.clone(), &set, &self.config, self.prior(&set)).await?;
-        let (counts, pop_charges) = steps::popularity(&set, &plan, pop_eps, &mut rng)?;
+        let (counts, pop_charges) = steps::popularity(&set, &plan, pop_eps, &fitted, &mut rng)?;
         let charges = match (&user_event, private) {
             (Some(e), true) => {
                 steps::collect_charges(&snap, &plan, &set, &fitted.charges, &pop_charges, e)?
@@ -360,13 +360,15 @@ impl Retrainer {
             guarantee,
             set: &set,
             model: &fitted.model,
+            ranker: fitted.ranker.as_ref().and_then(|r| r.stored()),
             popularity: &popularity,
             charges,
             job_id,
         })?;
         // The served form is built before committing, so a model that cannot be served
         // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
-        let published = self.served_form(&rec, fitted.model, set, popularity.counts)?;
+        let ranker = fitted.ranker.filter(|r| r.stored().is_some());
+        let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
         let release_id =
             commit_release(&self.store, &rec, self.hooks.inside_commit.as_deref()).await?;
         self.publish(published, release_id, &rec, &plan);
@@ -386,6 +388,7 @@ impl Retrainer {
         &self,
         rec: &crate::store::ReleaseRecord,
         model: crate::train::FactorModel,
+        ranker: Option<Arc<dyn crate::train::Ranker>>,
         set: TrainingSet,
         counts: Vec<i64>,
     ) -> Result<Published, ReleaseError> {
@@ -396,6 +399,7 @@ impl Retrainer {
             created_at: now_ms(),
         };
         Published::new(meta, model, set.user_ids, set.item_ids, counts)
+            .and_then(|p| p.with_ranker(ranker))
             .map_err(|e| ReleaseError::Unservable(e.to_string()))
     }
 

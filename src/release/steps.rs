@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{ReleaseConfig, ReleaseError};
 use crate::accountant::PrivacyEvent;
 use crate::data::{IdMap, Interactions, Ratings};
-use crate::ledger::{plan, Plan, PlanParams};
+use crate::ledger::{self, plan, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
 use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
@@ -36,26 +36,34 @@ pub struct Admission {
 /// the popularity eps are scaled so that `cfg.planned_releases` releases fit the default
 /// user budget ([`units::calibrate_release`]). A trainer that cannot be scaled runs as
 /// configured; a proven trainer without a user-level cost is refused.
+///
+/// A trainer that publishes its own DP counts ([`Trainer::publishes_popularity`]) gets no
+/// separate popularity release: its popularity eps is 0 and its cost is its own.
 pub fn calibrate(
     cfg: &ReleaseConfig,
     trainer: &Arc<dyn Trainer>,
     m: u64,
 ) -> Result<(Arc<dyn Trainer>, f64, PrivacyEvent), ReleaseError> {
+    let popularity_eps = if trainer.publishes_popularity() {
+        0.0
+    } else {
+        cfg.popularity_eps
+    };
     if let Some(plan) = &cfg.plan {
         if trainer.scaled(1.0).is_some() {
-            let c = units::calibrate_release(trainer.as_ref(), plan, m, cfg.popularity_eps)
+            let c = units::calibrate_release(trainer.as_ref(), plan, m, popularity_eps)
                 .map_err(ReleaseError::Calibration)?;
             return Ok((Arc::from(c.trainer), c.popularity_eps, c.user_event));
         }
     }
     let event =
-        units::release_user_event(trainer.as_ref(), m, cfg.popularity_eps).ok_or_else(|| {
+        units::release_user_event(trainer.as_ref(), m, popularity_eps).ok_or_else(|| {
             ReleaseError::Calibration(format!(
                 "trainer {} states no user-level cost (Trainer::user_level_event)",
                 trainer.name()
             ))
         })?;
-    Ok((trainer.clone(), cfg.popularity_eps, event))
+    Ok((trainer.clone(), popularity_eps, event))
 }
 
 /// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
@@ -118,6 +126,8 @@ pub struct TrainingSet {
     pub ratings: Ratings,
     /// The share of each rating this release may spend on training.
     pub budgets: Vec<f64>,
+    /// Each rating's Gaussian loss so far (zCDP `rho`).
+    pub rho: Vec<f64>,
 }
 
 /// Step 2: the training set of an admission.
@@ -139,6 +149,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
     }
     let mut ratings = Ratings::with_dims(users.len(), items.len());
     let mut budgets = Vec::with_capacity(plan.admitted.len());
+    let mut rho = Vec::with_capacity(plan.admitted.len());
     for a in &plan.admitted {
         let r = &snap.ratings[a.index];
         let (Some(u), Some(i)) = (users.get(&r.user), items.get(&r.item)) else {
@@ -146,6 +157,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         };
         ratings.push(u, i, r.value as f32);
         budgets.push(a.train_budget);
+        rho.push(a.rho);
     }
     let item_ids = (0..items.len() as u32)
         .map(|i| items.external(i).unwrap_or_default().to_string())
@@ -157,6 +169,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         item_ids,
         ratings,
         budgets,
+        rho,
     })
 }
 
@@ -171,6 +184,7 @@ pub async fn fit(
 ) -> Result<(Fitted, DpRng), ReleaseError> {
     let ratings = set.ratings.clone();
     let budgets = set.budgets.clone();
+    let rho = set.rho.clone();
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
     let fit = tokio::task::spawn_blocking(move || {
@@ -181,6 +195,7 @@ pub async fn fit(
                 matrix: &matrix,
                 scale,
                 budgets: Some(&budgets),
+                rating_rho: Some(&rho),
                 prior: prior.as_ref(),
             };
             let mut rng = crate::rng::from_seed_or_os(seed);
@@ -210,13 +225,29 @@ pub async fn fit(
 }
 
 /// Step 4: the DP popularity counts of the ratings the plan lets be counted, with their
-/// charges (see [`dp_stats::dp_popularity`]).
+/// charges (see [`dp_stats::dp_popularity`]). A private release whose trainer published
+/// its own DP counts (popularity eps 0, [`Trainer::publishes_popularity`]) takes those:
+/// post-processing of a charged output, nothing more to charge.
 pub fn popularity(
     set: &TrainingSet,
     plan: &Plan,
     eps: f64,
+    fitted: &Fitted,
     rng: &mut DpRng,
 ) -> Result<(Vec<i64>, ReleaseCharges), ReleaseError> {
+    if eps == 0.0 {
+        if let Some(counts) = fitted.ranker.as_ref().and_then(|r| r.popularity_counts()) {
+            if counts.len() != set.items.len() {
+                return Err(ReleaseError::Popularity(format!(
+                    "the trainer published {} counts for {} items",
+                    counts.len(),
+                    set.items.len()
+                )));
+            }
+            let counts = counts.iter().map(|c| c.round() as i64).collect();
+            return Ok((counts, ReleaseCharges::default()));
+        }
+    }
     let counted: Vec<bool> = plan.admitted.iter().map(|a| a.popularity).collect();
     dp_stats::dp_popularity(&set.ratings, set.items.len(), &counted, eps, rng)
         .map_err(|e| ReleaseError::Popularity(e.to_string()))
@@ -246,30 +277,45 @@ pub fn collect_charges(
     user_event: &PrivacyEvent,
 ) -> Result<Charges, ReleaseError> {
     let n = set.ratings.len();
-    if let Some(bad) = trainer.ratings.iter().find(|c| c.position as usize >= n) {
+    let positions = trainer.ratings.iter().map(|c| c.position);
+    let rho_positions = trainer.rating_rho.iter().map(|c| c.position);
+    if let Some(bad) = positions.chain(rho_positions).find(|&p| p as usize >= n) {
         return Err(ReleaseError::BadCharge(format!(
-            "trainer charged unknown rating position {}",
-            bad.position
+            "trainer charged unknown rating position {bad}"
         )));
     }
     let train = trainer.rating_totals(n);
+    let rho = trainer.rating_rho_totals(n);
     let pop = popularity.rating_totals(n);
     let mut ratings = Vec::new();
     for (k, a) in plan.admitted.iter().enumerate() {
-        if !(train[k].is_finite() && train[k] >= 0.0 && train[k] <= a.train_budget) {
+        // What the trainer added to the rating's loss bound: its pure eps plus the
+        // increase of the converted Gaussian part (exactly `train[k]` without one).
+        let r = &snap.ratings[a.index];
+        let added = if rho[k] == 0.0 {
+            train[k]
+        } else {
+            ledger::rating_loss(r.spent + train[k], r.rho + rho[k])
+                - ledger::rating_loss(r.spent, r.rho)
+        };
+        // The Gaussian conversion is recomputed in another order of operations than the
+        // trainer's: allow rounding here; the commit re-checks eps_ij exactly.
+        let slack = if rho[k] == 0.0 { 0.0 } else { 1e-9 };
+        let valid = train[k].is_finite() && train[k] >= 0.0 && rho[k].is_finite() && rho[k] >= 0.0;
+        if !(valid && added <= a.train_budget * (1.0 + slack)) {
             return Err(ReleaseError::BadCharge(format!(
-                "trainer charged rating position {k} eps {}, above its budget {}",
-                train[k], a.train_budget
+                "trainer charged rating position {k} eps {added}, above its budget {}",
+                a.train_budget
             )));
         }
-        if train[k] + pop[k] > 0.0 {
-            let r = &snap.ratings[a.index];
+        if train[k] + pop[k] > 0.0 || rho[k] > 0.0 {
             ratings.push(RatingChargeRow {
                 rating_id: r.id,
                 user: r.user.clone(),
                 item: r.item.clone(),
                 eps_train: train[k],
                 eps_popularity: pop[k],
+                rho: rho[k],
             });
         }
     }
@@ -313,6 +359,8 @@ pub struct RecordInput<'a> {
     pub guarantee: Guarantee,
     pub set: &'a TrainingSet,
     pub model: &'a FactorModel,
+    /// The ranker the release is served through, stored with the model.
+    pub ranker: Option<crate::train::StoredRanker>,
     pub popularity: &'a Popularity,
     pub charges: Charges,
     pub job_id: Option<i64>,
@@ -324,10 +372,15 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         guarantee,
         set,
         model,
+        ranker,
         popularity,
         charges,
         job_id,
     } = input;
+    let stored = crate::serve::StoredModel {
+        factors: model.clone(),
+        ranker,
+    };
     Ok(ReleaseRecord {
         trainer: trainer.name().to_string(),
         params: trainer.params(),
@@ -342,7 +395,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         rating_neighbour: charges.rating_neighbour,
         rating_charges: charges.ratings,
         user_charges: charges.users,
-        model_json: serde_json::to_string(model)?,
+        model_json: serde_json::to_string(&stored)?,
         users_json: serde_json::to_string(&set.user_ids)?,
         items_json: serde_json::to_string(&set.item_ids)?,
         popularity_json: serde_json::to_string(popularity)?,

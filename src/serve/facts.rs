@@ -14,6 +14,19 @@ use std::time::{Duration, Instant};
 pub struct UserFacts {
     pub deleted: bool,
     pub rated: HashSet<String>,
+    /// The user's own ratings `(item, value)` (a ranker scores from them).
+    pub ratings: Vec<(String, f64)>,
+}
+
+impl UserFacts {
+    /// Facts from the user's stored ratings.
+    pub fn new(deleted: bool, ratings: Vec<(String, f64)>) -> Self {
+        Self {
+            deleted,
+            rated: ratings.iter().map(|(i, _)| i.clone()).collect(),
+            ratings,
+        }
+    }
 }
 
 /// A bounded, expiring map user id -> facts.
@@ -71,10 +84,10 @@ mod tests {
     use super::*;
 
     fn facts(items: &[&str]) -> Arc<UserFacts> {
-        Arc::new(UserFacts {
-            deleted: false,
-            rated: items.iter().map(|s| s.to_string()).collect(),
-        })
+        Arc::new(UserFacts::new(
+            false,
+            items.iter().map(|s| (s.to_string(), 4.0)).collect(),
+        ))
     }
 
     #[test]

@@ -10,7 +10,19 @@ use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
 use crate::store::ModelRow;
-use crate::train::{FactorModel, Guarantee};
+use crate::train::ranker::top_k;
+use crate::train::{FactorModel, Guarantee, Ranker, StoredRanker};
+
+/// A release's stored model (the `model` column): the factor model and, for trainers
+/// served through a ranker (item-side top-N models), that ranker. Rows written before
+/// rankers existed are plain factor models and read back with `ranker: None`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredModel {
+    #[serde(flatten)]
+    pub factors: FactorModel,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranker: Option<StoredRanker>,
+}
 
 /// A published release as served: the model and its index maps, all immutable.
 #[derive(Debug)]
@@ -28,6 +40,22 @@ pub struct Published {
     pub popularity: Vec<i64>,
     /// Item indices by descending noisy popularity (ties by id).
     by_popularity: Vec<usize>,
+    /// Scores a user's list from the user's own ratings (joint DP) when the trainer
+    /// published a ranker; `None`: the factor model's user rows answer.
+    ranker: Option<Arc<dyn Ranker>>,
+}
+
+/// One top-N request.
+#[derive(Debug, Clone, Copy)]
+pub struct TopNQuery<'a> {
+    pub user: &'a str,
+    pub n: usize,
+    pub offset: usize,
+    pub exclude: &'a HashSet<String>,
+    /// The user's own current ratings `(item, value)`.
+    pub own: &'a [(String, f64)],
+    /// Answer with popularity whatever the user's data (a deleted user).
+    pub force_fallback: bool,
 }
 
 /// Identity of a served release.
@@ -110,12 +138,32 @@ impl Published {
             item_index,
             popularity,
             by_popularity,
+            ranker: None,
         })
+    }
+
+    /// Serves lists through `ranker` (its item indices are this release's).
+    pub fn with_ranker(mut self, ranker: Option<Arc<dyn Ranker>>) -> anyhow::Result<Self> {
+        if let Some(r) = &ranker {
+            anyhow::ensure!(
+                r.n_items() == self.items.len(),
+                "the ranker scores {} items, the release has {}",
+                r.n_items(),
+                self.items.len()
+            );
+        }
+        self.ranker = ranker;
+        Ok(self)
+    }
+
+    /// Whether lists come from a ranker over the user's own ratings.
+    pub fn has_ranker(&self) -> bool {
+        self.ranker.is_some()
     }
 
     /// Rebuilds a published release from its stored row (restart without retraining).
     pub fn from_row(row: &ModelRow) -> anyhow::Result<Self> {
-        let model: FactorModel = serde_json::from_str(&row.model)?;
+        let stored: StoredModel = serde_json::from_str(&row.model)?;
         let users: Vec<String> = serde_json::from_str(&row.users)?;
         let items: Vec<String> = serde_json::from_str(&row.items)?;
         let pop: Popularity = serde_json::from_str(&row.popularity)?;
@@ -126,11 +174,12 @@ impl Published {
                 guarantee: row.release.guarantee,
                 created_at: row.release.created_at,
             },
-            model,
+            stored.factors,
             users,
             items,
             pop.counts,
-        )
+        )?
+        .with_ranker(stored.ranker.map(StoredRanker::into_ranker))
     }
 
     pub fn user_index(&self, user: &str) -> Option<usize> {
@@ -148,16 +197,22 @@ impl Published {
             .is_some_and(|&u| u < self.model.user_bias.len())
     }
 
-    /// Top-N items for `user` (skipping `offset`), excluding `exclude`. Users without a
-    /// published profile (or `force_fallback`) get the DP popularity order.
-    pub fn top_n(
-        &self,
-        user: &str,
-        n: usize,
-        offset: usize,
-        exclude: &HashSet<String>,
-        force_fallback: bool,
-    ) -> TopN {
+    /// Top-N items for the query's user (skipping `offset`), excluding `exclude`. With a
+    /// ranker: scored from the published model and the user's own ratings, the same list
+    /// function as `eval` ([`top_k`]). Otherwise users without a published profile (or
+    /// `force_fallback`) get the DP popularity order.
+    pub fn top_n(&self, q: &TopNQuery<'_>) -> TopN {
+        if let Some(r) = &self.ranker {
+            return self.ranked(r.as_ref(), q);
+        }
+        let TopNQuery {
+            user,
+            n,
+            offset,
+            exclude,
+            force_fallback,
+            ..
+        } = *q;
         let profile = if force_fallback {
             None
         } else {
@@ -210,6 +265,37 @@ impl Published {
                     .collect(),
                 fallback: true,
             },
+        }
+    }
+
+    /// A ranker's list: the user's rated items in this release's indices score the
+    /// candidates; the ranker's popularity answers when they give it nothing.
+    fn ranked(&self, r: &dyn Ranker, q: &TopNQuery<'_>) -> TopN {
+        let own: Vec<(usize, f64)> = if q.force_fallback {
+            Vec::new()
+        } else {
+            q.own
+                .iter()
+                .filter_map(|(i, v)| self.item_index(i).map(|j| (j, *v)))
+                .collect()
+        };
+        let mut scores = vec![0.0; r.n_items()];
+        r.score_items(None, &own, &mut scores);
+        let mut excluded = vec![false; self.items.len()];
+        for j in q.exclude.iter().filter_map(|i| self.item_index(i)) {
+            excluded[j] = true;
+        }
+        let list = top_k(&scores, &excluded, q.offset.saturating_add(q.n));
+        TopN {
+            items: list
+                .into_iter()
+                .skip(q.offset)
+                .map(|j| Scored {
+                    item: self.items[j].clone(),
+                    score: scores[j],
+                })
+                .collect(),
+            fallback: !r.personalises(&own),
         }
     }
 
@@ -308,6 +394,25 @@ mod tests {
     use super::*;
     use crate::data::RatingScale;
 
+    const NO_RATINGS: &[(String, f64)] = &[];
+
+    fn q<'a>(
+        user: &'a str,
+        n: usize,
+        offset: usize,
+        exclude: &'a HashSet<String>,
+        force_fallback: bool,
+    ) -> TopNQuery<'a> {
+        TopNQuery {
+            user,
+            n,
+            offset,
+            exclude,
+            own: NO_RATINGS,
+            force_fallback,
+        }
+    }
+
     fn published() -> Published {
         let mut m = FactorModel::zeros(2, 3, 1, 3.0, RatingScale::ONE_TO_FIVE);
         m.item_factors[[0, 0]] = 1.0;
@@ -334,22 +439,22 @@ mod tests {
     fn top_n_ranks_by_score_and_excludes() {
         let p = published();
         let none = HashSet::new();
-        let t = p.top_n("u0", 2, 0, &none, false);
+        let t = p.top_n(&q("u0", 2, 0, &none, false));
         assert!(!t.fallback);
         assert_eq!(
             t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
             ["b", "a"]
         );
         let ex: HashSet<String> = ["b".to_string()].into();
-        let t = p.top_n("u1", 5, 0, &ex, false);
+        let t = p.top_n(&q("u1", 5, 0, &ex, false));
         assert_eq!(
             t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
             ["c", "a"]
         );
-        let t = p.top_n("u0", 5, 1, &none, false);
+        let t = p.top_n(&q("u0", 5, 1, &none, false));
         assert_eq!(t.items.len(), 2);
         // offset + n below the catalogue size takes the partial-selection path.
-        let t = p.top_n("u0", 1, 1, &none, false);
+        let t = p.top_n(&q("u0", 1, 1, &none, false));
         assert_eq!(
             t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
             ["a"]
@@ -359,13 +464,13 @@ mod tests {
     #[test]
     fn unknown_users_get_popularity() {
         let p = published();
-        let t = p.top_n("new", 3, 0, &HashSet::new(), false);
+        let t = p.top_n(&q("new", 3, 0, &HashSet::new(), false));
         assert!(t.fallback);
         assert_eq!(
             t.items.iter().map(|s| s.item.as_str()).collect::<Vec<_>>(),
             ["c", "a", "b"]
         );
-        assert!(p.top_n("u0", 3, 0, &HashSet::new(), true).fallback);
+        assert!(p.top_n(&q("u0", 3, 0, &HashSet::new(), true)).fallback);
     }
 
     #[test]

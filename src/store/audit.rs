@@ -40,7 +40,7 @@ impl Store {
         let rows = self
             .page_of_user(
                 "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 \
-                 END, origin FROM ratings WHERE user_id = $1 ORDER BY item_id \
+                 END, origin, rho FROM ratings WHERE user_id = $1 ORDER BY item_id \
                  LIMIT $2 OFFSET $3",
                 user,
                 limit,
@@ -53,7 +53,8 @@ impl Store {
             out.push(RatingAuditRow {
                 item: r.try_get(0)?,
                 eps: r.try_get(1)?,
-                spent: r.try_get(2)?,
+                // The rating's loss bound: pure spend plus the converted Gaussian part.
+                spent: crate::ledger::rating_loss(r.try_get(2)?, r.try_get(6)?),
                 releases: r.try_get(3)?,
                 deleted: deleted != 0,
                 origin: r.try_get(5)?,

@@ -22,6 +22,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "private_gd",
         include_str!("../../migrations/sqlite/0009_private_gd.sql"),
     ),
+    (
+        10,
+        "rating_rho",
+        include_str!("../../migrations/sqlite/0010_rating_rho.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -38,6 +43,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         9,
         "private_gd",
         include_str!("../../migrations/postgres/0009_private_gd.sql"),
+    ),
+    (
+        10,
+        "rating_rho",
+        include_str!("../../migrations/postgres/0010_rating_rho.sql"),
     ),
 ];
 

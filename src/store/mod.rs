@@ -106,6 +106,8 @@ pub struct RatingRow {
     pub value: f64,
     pub eps: f64,
     pub spent: f64,
+    /// Gaussian part of the rating's loss (zCDP, [`crate::ledger::rating_loss`]).
+    pub rho: f64,
 }
 
 /// Everything a release plans from.
@@ -126,6 +128,7 @@ impl Snapshot {
                 user: r.user.clone(),
                 eps: r.eps,
                 spent: r.spent,
+                rho: r.rho,
             })
             .collect()
     }

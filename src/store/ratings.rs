@@ -205,14 +205,18 @@ impl Store {
     }
 
     /// Items the user has a live rating for.
-    pub async fn rated_items(&self, user: &str) -> Result<Vec<String>, StoreError> {
-        let rows =
-            sqlx::query("SELECT item_id FROM ratings WHERE user_id = $1 AND value IS NOT NULL")
-                .bind(user)
-                .fetch_all(&self.pool)
-                .await?;
+    /// The user's own current ratings `(item, value)`: what serving may use for that user
+    /// (joint DP, DESIGN 6).
+    pub async fn user_ratings(&self, user: &str) -> Result<Vec<(String, f64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT item_id, value FROM ratings WHERE user_id = $1 AND value IS NOT NULL \
+             ORDER BY item_id",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
-            .map(|r| r.try_get(0).map_err(StoreError::from))
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect()
     }
 
@@ -268,7 +272,7 @@ impl Store {
     /// Live ratings of live users, their budgets, and the item catalogue.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let rows = sqlx::query(
-            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent FROM ratings r \
+            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho FROM ratings r \
              JOIN users u ON u.id = r.user_id \
              WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
         )
@@ -283,6 +287,7 @@ impl Store {
                 value: r.try_get(3)?,
                 eps: r.try_get(4)?,
                 spent: r.try_get(5)?,
+                rho: r.try_get(6)?,
             });
         }
         let mut users = BTreeMap::new();

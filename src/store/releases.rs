@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::{curve_json, now_ms, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RenyiFilter};
-use crate::ledger::{fits, user_cost};
+use crate::ledger::{fits_with_rho, rating_loss, user_cost};
 use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
 
 const RELEASE_COLS: &str = "id, trainer, params, guarantee, mechanisms, popularity_eps, \
@@ -131,11 +131,15 @@ pub struct RatingChargeRow {
     pub rating_id: i64,
     pub user: String,
     pub item: String,
+    /// Pure eps the trainer charged.
     pub eps_train: f64,
     pub eps_popularity: f64,
+    /// Gaussian part the trainer charged (zCDP `rho`, [`crate::ledger::rating_loss`]).
+    pub rho: f64,
 }
 
 impl RatingChargeRow {
+    /// The pure eps of the charge (the Gaussian part is `rho`).
     pub fn total(&self) -> f64 {
         self.eps_train + self.eps_popularity
     }
@@ -201,7 +205,7 @@ impl From<sqlx::Error> for CommitError {
 /// COMMIT; an error aborts the transaction as a crash there would.
 pub type InsideTxHook = dyn Fn() -> Result<(), String> + Send + Sync;
 
-/// Ratings per statement (9 binds each for the charge rows: within both backends' limits).
+/// Ratings per statement (10 binds each for the charge rows: within both backends' limits).
 const CHUNK: usize = 400;
 
 /// Records `rec` atomically; returns the release id.
@@ -269,7 +273,7 @@ async fn charge_ratings(
 ) -> Result<(), CommitError> {
     let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
-        "SELECT id, eps, spent FROM ratings WHERE id IN ({}){}",
+        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}){}",
         placeholders.join(", "),
         store.for_update()
     );
@@ -277,39 +281,52 @@ async fn charge_ratings(
     for c in chunk {
         q = q.bind(c.rating_id);
     }
-    let mut stored: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
+    let mut stored: BTreeMap<i64, (f64, f64, f64)> = BTreeMap::new();
     for r in q.fetch_all(&mut **tx).await? {
-        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
+        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
     }
-    // Re-check every charge of the chunk against the stored state first.
+    // Re-check every charge of the chunk against the stored state first (the rating's
+    // loss bound, pure spend plus converted Gaussian part, must stay within eps_ij).
     let mut next = Vec::with_capacity(chunk.len());
+    let mut increments = Vec::with_capacity(chunk.len());
     for c in chunk {
-        let &(eps, spent) = stored
+        let &(eps, spent, rho) = stored
             .get(&c.rating_id)
             .ok_or(CommitError::RatingMissing(c.rating_id))?;
         let charge = c.total();
-        if !fits(eps, spent, charge) {
+        if !fits_with_rho(eps, spent, rho, charge, c.rho) {
             return Err(CommitError::RatingOverspend {
                 rating_id: c.rating_id,
                 eps,
-                spent,
-                charge,
+                spent: rating_loss(spent, rho),
+                charge: rating_loss(spent + charge, rho + c.rho) - rating_loss(spent, rho),
             });
         }
-        next.push((c.rating_id, spent + charge));
+        // What the release added to the rating's loss bound (exactly the pure charge
+        // when it has no Gaussian part).
+        increments.push(if c.rho == 0.0 {
+            charge
+        } else {
+            rating_loss(spent + charge, rho + c.rho) - rating_loss(spent, rho)
+        });
+        next.push((c.rating_id, spent + charge, rho + c.rho));
     }
     // One UPDATE (CASE over the ids) and one multi-row INSERT per chunk.
     let mut sql = String::from("UPDATE ratings SET spent = CASE id");
     for k in 0..next.len() {
-        sql.push_str(&format!(" WHEN ${} THEN ${}", 2 * k + 1, 2 * k + 2));
+        sql.push_str(&format!(" WHEN ${} THEN ${}", 3 * k + 1, 3 * k + 2));
     }
-    sql.push_str(" ELSE spent END, releases = releases + 1 WHERE id IN (");
-    let ids: Vec<String> = (0..next.len()).map(|k| format!("${}", 2 * k + 1)).collect();
+    sql.push_str(" ELSE spent END, rho = CASE id");
+    for k in 0..next.len() {
+        sql.push_str(&format!(" WHEN ${} THEN ${}", 3 * k + 1, 3 * k + 3));
+    }
+    sql.push_str(" ELSE rho END, releases = releases + 1 WHERE id IN (");
+    let ids: Vec<String> = (0..next.len()).map(|k| format!("${}", 3 * k + 1)).collect();
     sql.push_str(&ids.join(", "));
     sql.push(')');
     let mut q = sqlx::query(&sql);
-    for (id, spent) in &next {
-        q = q.bind(*id).bind(*spent);
+    for (id, spent, rho) in &next {
+        q = q.bind(*id).bind(*spent).bind(*rho);
     }
     let updated = q.execute(&mut **tx).await?.rows_affected();
     if updated != next.len() as u64 {
@@ -320,13 +337,13 @@ async fn charge_ratings(
     }
     let mut sql = String::from(
         "INSERT INTO rating_charges (release_id, rating_id, user_id, item_id, eps_train, \
-         eps_popularity, eps, unit, neighbour) VALUES ",
+         eps_popularity, eps, unit, neighbour, rho) VALUES ",
     );
     let rows: Vec<String> = (0..chunk.len())
         .map(|k| {
-            let b = 9 * k;
+            let b = 10 * k;
             format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
                 b + 1,
                 b + 2,
                 b + 3,
@@ -335,13 +352,14 @@ async fn charge_ratings(
                 b + 6,
                 b + 7,
                 b + 8,
-                b + 9
+                b + 9,
+                b + 10
             )
         })
         .collect();
     sql.push_str(&rows.join(", "));
     let mut q = sqlx::query(&sql);
-    for c in chunk {
+    for (c, increment) in chunk.iter().zip(&increments) {
         q = q
             .bind(release_id)
             .bind(c.rating_id)
@@ -349,9 +367,10 @@ async fn charge_ratings(
             .bind(&c.item)
             .bind(c.eps_train)
             .bind(c.eps_popularity)
-            .bind(c.total())
+            .bind(*increment)
             .bind(rec.rating_unit.as_str())
-            .bind(rec.rating_neighbour.as_str());
+            .bind(rec.rating_neighbour.as_str())
+            .bind(c.rho);
     }
     q.execute(&mut **tx).await?;
     Ok(())

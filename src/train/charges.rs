@@ -138,8 +138,22 @@ pub struct UserCharge {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseCharges {
     pub mechanisms: Vec<MechanismRecord>,
+    /// Pure eps per rating (added up in the rating's ledger).
     pub ratings: Vec<RatingCharge>,
     pub users: Vec<UserCharge>,
+    /// Gaussian (zCDP `rho`) charges per rating: a rating that takes full part in a
+    /// Gaussian release of rating-level multiplier `z` is charged `1 / (2 z^2)`, composed
+    /// with its earlier Gaussian charges before conversion ([`crate::ledger::rating_loss`]).
+    #[serde(default)]
+    pub rating_rho: Vec<RatingRho>,
+}
+
+/// A Gaussian charge to one rating, in zCDP `rho`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RatingRho {
+    /// Position of the rating in the training [`crate::data::Ratings`].
+    pub position: u32,
+    pub rho: f64,
 }
 
 /// A summary of a release's charges for reports: per-rating eps and per-user (eps, delta).
@@ -183,6 +197,7 @@ impl ReleaseCharges {
             mechanisms: vec![mechanism],
             ratings,
             users,
+            rating_rho: Vec::new(),
         }
     }
 
@@ -202,6 +217,15 @@ impl ReleaseCharges {
         let mut t = vec![0.0; n];
         for c in &self.ratings {
             t[c.position as usize] += c.eps;
+        }
+        t
+    }
+
+    /// Total Gaussian `rho` per rating position (length `n`).
+    pub fn rating_rho_totals(&self, n: usize) -> Vec<f64> {
+        let mut t = vec![0.0; n];
+        for c in &self.rating_rho {
+            t[c.position as usize] += c.rho;
         }
         t
     }

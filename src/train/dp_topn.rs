@@ -36,7 +36,7 @@ use rand::Rng;
 use rayon::prelude::*;
 
 use super::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges, UserCharge,
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
 use super::gaussian_mf::calibrate_noise_multiplier;
 use super::item_ranker::{ItemRanker, ItemScorer};
@@ -149,13 +149,40 @@ pub fn rsm_rate(budget: f64, z_r: f64, delta_r: f64) -> Result<(f64, f64), Train
 pub struct Sample {
     /// Per user: the kept, capped items.
     pub rows: Vec<Vec<u32>>,
-    /// Per rating position: the eps charged (0 when not offered).
+    /// Per rating position: the pure eps charged (RSM-sampled ratings; 0 otherwise).
     pub charges: Vec<f64>,
+    /// Per rating position: the zCDP `rho` charged (ratings that take full part).
+    pub rho: Vec<f64>,
     /// Users with at least one offered rating (charged at user level).
     pub offered_users: Vec<bool>,
 }
 
-/// RSM sampling by the ratings' budgets, then the per-user cap (uniform random subset).
+/// How one rating takes part: fully, charged the Gaussian `rho = 1 / (2 z_r^2)` when
+/// its ledger can afford the increase of its converted loss
+/// ([`crate::ledger::gaussian_eps`] from its current `rho`), else RSM-sampled at a pure
+/// eps within its budget ([`rsm_rate`]). Returns `(rate, pure eps, rho)`.
+pub fn participation(
+    budget: f64,
+    rho_so_far: f64,
+    z_r: f64,
+    delta_r: f64,
+) -> Result<(f64, f64, f64), TrainError> {
+    if budget.is_nan() || budget <= 0.0 {
+        return Ok((0.0, 0.0, 0.0));
+    }
+    let rho_full = 1.0 / (2.0 * z_r * z_r);
+    let g0 = crate::ledger::gaussian_eps(rho_so_far);
+    let added = crate::ledger::gaussian_eps(rho_so_far + rho_full) - g0;
+    // A margin against rounding in the ledger's own recomputation.
+    if added <= budget * (1.0 - 1e-9) {
+        return Ok((1.0, 0.0, rho_full));
+    }
+    let (q, eps) = rsm_rate(budget, z_r, delta_r)?;
+    Ok((q, eps, 0.0))
+}
+
+/// Participation by the ratings' budgets ([`participation`]), then the per-user cap
+/// (uniform random subset).
 pub fn sample_ratings(
     data: &TrainData<'_>,
     budgets: &[f64],
@@ -165,8 +192,9 @@ pub fn sample_ratings(
     rng: &mut DpRng,
 ) -> Result<Sample, TrainError> {
     let m = data.matrix;
-    let mut rates: HashMap<u64, (f64, f64)> = HashMap::new();
+    let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
     let mut charges = vec![0.0; data.ratings.len()];
+    let mut rho = vec![0.0; data.ratings.len()];
     let mut offered_users = vec![false; m.n_users];
     let mut rows = vec![Vec::new(); m.n_users];
     for (u, row) in rows.iter_mut().enumerate() {
@@ -178,27 +206,33 @@ pub fn sample_ratings(
                 continue;
             }
             offered_users[u] = true;
-            let (q, eps) = match rates.get(&b.to_bits()) {
+            let r0 = data.rating_rho.map_or(0.0, |r| r[pos as usize]);
+            let key = (b.to_bits(), r0.to_bits());
+            let (q, eps, r) = match rates.get(&key) {
                 Some(&x) => x,
                 None => {
-                    let x = rsm_rate(b, z_r, delta_r)?;
-                    rates.insert(b.to_bits(), x);
+                    let x = participation(b, r0, z_r, delta_r)?;
+                    rates.insert(key, x);
                     x
                 }
             };
             charges[pos as usize] = eps;
+            rho[pos as usize] = r;
             if q >= 1.0 || rng.random::<f64>() < q {
                 row.push(j);
             }
         }
         if row.len() > cap {
-            row.partial_shuffle(rng, cap);
-            row.truncate(cap);
+            // `partial_shuffle` returns the `cap` chosen elements as its first slice
+            // (they sit at the END of the row): keep exactly those.
+            let (chosen, _) = row.partial_shuffle(rng, cap);
+            *row = chosen.to_vec();
         }
     }
     Ok(Sample {
         rows,
         charges,
+        rho,
         offered_users,
     })
 }
@@ -347,6 +381,9 @@ pub struct DpTopN {
     /// Per-rating budget of the release when the ledger gives none; `None`: every rating
     /// takes full part and is charged what that costs.
     pub eps_r: Option<f64>,
+    /// Multiplies the plan's noise multiplier (>= 1): set by [`Trainer::scaled`] when the
+    /// service's lifetime plan needs more noise than this trainer's own `plan`.
+    pub noise_factor: f64,
 }
 
 impl Default for DpTopN {
@@ -369,6 +406,7 @@ impl Default for DpTopN {
             pop_weight: 0.0,
             delta_r: 1e-6,
             eps_r: None,
+            noise_factor: 1.0,
         }
     }
 }
@@ -422,6 +460,7 @@ impl DpTopN {
             pop_weight: p.non_negative("pop_weight", d.pop_weight)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
+            noise_factor: 1.0,
         };
         p.reject_unknown("dp-topn")?;
         if t.count_share.is_nan() || t.count_share >= 1.0 {
@@ -433,9 +472,10 @@ impl DpTopN {
         Ok(t)
     }
 
-    /// The per-release user-level multipliers `(z, z_c, z_g)` from the plan.
+    /// The per-release user-level multipliers `(z, z_c, z_g)` from the plan (times
+    /// `noise_factor`).
     pub fn multipliers(&self) -> Result<(f64, f64, f64), TrainError> {
-        let z = self.plan.noise_multiplier()?;
+        let z = self.plan.noise_multiplier()? * self.noise_factor;
         Ok((
             z,
             z / self.count_share.sqrt(),
@@ -485,6 +525,9 @@ impl DpTopN {
             (None, Some(e)) => vec![e; n],
             (None, None) => vec![f64::INFINITY; n],
         };
+        if data.rating_rho.is_some_and(|r| r.len() != n) {
+            return Err(invalid("rating_rho", "one rho per rating"));
+        }
         let (z, z_c, z_g) = self.multipliers()?;
         if !with_gram && self.count_share != 1.0 {
             return Err(invalid(
@@ -554,6 +597,16 @@ impl DpTopN {
                 .map(|(u, _)| UserCharge {
                     user: u as u32,
                     event: user_event.clone(),
+                })
+                .collect(),
+            rating_rho: sample
+                .rho
+                .iter()
+                .enumerate()
+                .filter(|(_, &r)| r > 0.0)
+                .map(|(position, &rho)| RatingRho {
+                    position: position as u32,
+                    rho,
                 })
                 .collect(),
         };
@@ -671,7 +724,7 @@ impl Trainer for DpTopN {
             "k": self.k, "threshold": self.threshold,
             "solver": match self.solver { Solver::Svd { .. } => "svd", Solver::Ease { .. } => "ease" },
             "pop_weight": self.pop_weight, "delta_r": self.delta_r,
-            "eps_r": self.eps_r,
+            "eps_r": self.eps_r, "noise_factor": self.noise_factor,
         });
         v[solver_key] = solver_val;
         v
@@ -682,8 +735,36 @@ impl Trainer for DpTopN {
     }
 
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
-        let z = self.plan.noise_multiplier().ok()?;
+        let (z, _, _) = self.multipliers().ok()?;
         PrivacyEvent::gaussian(z, 1).ok()
+    }
+
+    /// The counts and the Gram are one Gaussian of multiplier `z` for the add/remove of a
+    /// whole user, whatever the user's number of ratings: the user's row is capped at
+    /// `cap` ratings and norm-clipped before it enters either sum, so `m` plays no part.
+    fn user_level_event(&self, _max_ratings: u64) -> Option<PrivacyEvent> {
+        self.planned_user_event()
+    }
+
+    /// A rating kept at RSM rate 1 costs the rating-level Gaussian of [`rating_multiplier`]
+    /// at `delta_r`; a rating sampled at a lower rate costs less.
+    fn rating_cap(&self) -> Option<f64> {
+        let (_, z_c, z_g) = self.multipliers().ok()?;
+        let z_r = rating_multiplier(z_c, z_g, &self.contribution);
+        rating_eps(1.0, z_r, self.delta_r).ok()
+    }
+
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        (factor.is_finite() && factor >= 1.0).then(|| {
+            Box::new(Self {
+                noise_factor: self.noise_factor * factor,
+                ..self.clone()
+            }) as Box<dyn Trainer>
+        })
+    }
+
+    fn publishes_popularity(&self) -> bool {
+        true
     }
 
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
@@ -882,11 +963,52 @@ mod tests {
         let rel = trainer(&[])
             .release(&data, &mut crate::rng::seeded(6))
             .unwrap();
+        // Pure charges (RSM) plus the converted Gaussian part (full participation).
         let totals = rel.charges.rating_totals(r.len());
-        for (k, (&t, &b)) in totals.iter().zip(&budgets).enumerate() {
+        let rho = rel.charges.rating_rho_totals(r.len());
+        for (k, &b) in budgets.iter().enumerate() {
+            let t = totals[k] + crate::ledger::gaussian_eps(rho[k]);
             assert!(t <= b, "rating {k}: charged {t} > budget {b}");
             assert_eq!(t > 0.0, b > 0.0, "rating {k}");
+            assert_eq!(
+                rho[k] > 0.0,
+                b == 100.0,
+                "rating {k}: full part iff affordable"
+            );
         }
+    }
+
+    /// A rating whose ledger can afford it takes full part and is charged the Gaussian
+    /// `rho = 1 / (2 z_r^2)` (a wrong multiplier fails); one that cannot is RSM-sampled
+    /// at a pure eps within its budget. Over a lifetime of full participations the
+    /// ledger's loss grows like sqrt(T): 52 releases fit where 52 x one release would not.
+    #[test]
+    fn participation_charges_rho_when_affordable_and_rsm_otherwise() {
+        let z_r = 2.0;
+        let rho = 1.0 / (2.0 * z_r * z_r);
+        let one = crate::ledger::gaussian_eps(rho);
+        let (q, eps, r) = participation(one * 1.01, 0.0, z_r, 1e-6).unwrap();
+        assert_eq!((q, eps, r), (1.0, 0.0, rho));
+        let (q, eps, r) = participation(one * 0.5, 0.0, z_r, 1e-6).unwrap();
+        assert!(
+            q < 1.0 && eps > 0.0 && eps <= one * 0.5 && r == 0.0,
+            "{q} {eps}"
+        );
+        // A lifetime: eps_ij just above the converted loss of 52 full releases.
+        let eps_ij = crate::ledger::gaussian_eps(52.0 * rho) * 1.001;
+        assert!(eps_ij < 52.0 * one / 3.0);
+        let policy = crate::ledger::SharePolicy::Fraction(1.0);
+        let (mut spent, mut acc) = (0.0, 0.0);
+        for t in 0..52 {
+            let loss = crate::ledger::rating_loss(spent, acc);
+            let b = crate::ledger::release_share(policy, eps_ij, loss, 1e-6).unwrap();
+            let (q, eps, r) = participation(b, acc, z_r, 1e-6).unwrap();
+            assert_eq!((q, eps), (1.0, 0.0), "release {t}");
+            assert!(crate::ledger::fits_with_rho(eps_ij, spent, acc, eps, r));
+            spent += eps;
+            acc += r;
+        }
+        assert!((acc - 52.0 * rho).abs() < 1e-9);
     }
 
     #[test]

@@ -25,8 +25,10 @@ pub enum ItemScorer {
     ItemItem { b: Vec<f64> },
 }
 
-/// A published item-side model over `candidates` (catalogue indices).
-#[derive(Debug, Clone)]
+/// A published item-side model over `candidates` (catalogue indices). Stored as its
+/// published arrays ([`ItemRankerParts`]); the lookup tables are rebuilt on load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "ItemRankerParts", try_from = "ItemRankerParts")]
 pub struct ItemRanker {
     pub n_items: usize,
     pub candidates: Vec<u32>,
@@ -41,6 +43,54 @@ pub struct ItemRanker {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// The published arrays of an [`ItemRanker`], as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ItemRankerParts {
+    pub n_items: usize,
+    pub candidates: Vec<u32>,
+    pub popularity: Vec<f64>,
+    pub scorer: ItemScorer,
+    pub pop_weight: f64,
+}
+
+impl From<ItemRanker> for ItemRankerParts {
+    fn from(r: ItemRanker) -> Self {
+        Self {
+            n_items: r.n_items,
+            candidates: r.candidates,
+            popularity: r.popularity,
+            scorer: r.scorer,
+            pop_weight: r.pop_weight,
+        }
+    }
+}
+
+impl TryFrom<ItemRankerParts> for ItemRanker {
+    type Error = String;
+    /// Checks the shapes [`ItemRanker::new`] asserts, so a corrupt row is an error.
+    fn try_from(p: ItemRankerParts) -> Result<Self, String> {
+        let k = p.candidates.len();
+        let shape_ok = match &p.scorer {
+            ItemScorer::Projection { d, factors } => factors.len() == k * d,
+            ItemScorer::ItemItem { b } => b.len() == k * k,
+            ItemScorer::Popularity => true,
+        };
+        if p.popularity.len() != k || !shape_ok {
+            return Err(format!("item ranker arrays do not match {k} candidates"));
+        }
+        if p.candidates.iter().any(|&j| j as usize >= p.n_items) {
+            return Err(format!("item ranker candidate outside 0..{}", p.n_items));
+        }
+        Ok(ItemRanker::new(
+            p.n_items,
+            p.candidates,
+            p.popularity,
+            p.scorer,
+            p.pop_weight,
+        ))
+    }
+}
 
 impl ItemRanker {
     pub fn new(
@@ -97,12 +147,31 @@ impl Ranker for ItemRanker {
         self.n_items
     }
 
+    fn personalises(&self, own: &[(usize, f64)]) -> bool {
+        !matches!(self.scorer, ItemScorer::Popularity)
+            && own.iter().any(|&(j, _)| self.position(j).is_some())
+    }
+
+    fn stored(&self) -> Option<super::ranker::StoredRanker> {
+        Some(super::ranker::StoredRanker::Item {
+            model: self.clone(),
+        })
+    }
+
+    fn popularity_counts(&self) -> Option<Vec<f64>> {
+        let mut counts = vec![0.0; self.n_items];
+        for (&j, &p) in self.candidates.iter().zip(&self.popularity) {
+            counts[j as usize] = p;
+        }
+        Some(counts)
+    }
+
     fn score_items(&self, _user: Option<usize>, own: &[(usize, f64)], out: &mut [f64]) {
         out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
         let pos = self.own_positions(own);
         let k = self.candidates.len();
         let mut cand = vec![0.0; k];
-        let personal = !pos.is_empty() && !matches!(self.scorer, ItemScorer::Popularity);
+        let personal = self.personalises(own);
         if personal {
             let w = 1.0 / (pos.len() as f64).sqrt();
             match &self.scorer {
@@ -175,6 +244,36 @@ mod tests {
         // No rated candidate: popularity answers.
         r.score_items(None, &[(3, 1.0)], &mut out);
         assert_eq!((out[4], out[1], out[2]), (10.0, 20.0, 5.0));
+    }
+
+    /// A release stores the ranker as JSON and a restarted service reloads it: the same
+    /// scores come back, and arrays that do not match the candidates are refused.
+    #[test]
+    fn stored_form_round_trips_and_refuses_bad_shapes() {
+        let r = ItemRanker::new(
+            4,
+            vec![3, 0],
+            vec![7.0, 9.0],
+            ItemScorer::Projection {
+                d: 2,
+                factors: vec![0.5, -1.0, 2.0, 0.25],
+            },
+            0.5,
+        );
+        let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
+        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+            .unwrap()
+            .into_ranker();
+        let own = [(3, 4.0), (1, 2.0)];
+        let (mut a, mut b) = (vec![0.0; 4], vec![0.0; 4]);
+        r.score_items(None, &own, &mut a);
+        back.score_items(None, &own, &mut b);
+        assert_eq!(a, b);
+        assert!(back.personalises(&own) && !back.personalises(&[(1, 2.0)]));
+        assert_eq!(back.popularity_counts().unwrap(), vec![9.0, 0.0, 0.0, 7.0]);
+        let bad = json.replace("[0.5,-1.0,2.0,0.25]", "[0.5,-1.0,2.0]");
+        assert_ne!(bad, json);
+        assert!(serde_json::from_str::<super::super::StoredRanker>(&bad).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod units;
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
-pub use ranker::Ranker;
+pub use ranker::{Ranker, StoredRanker};
 
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng::DpRng;
@@ -69,6 +69,9 @@ pub struct TrainData<'a> {
     /// allows), aligned with `ratings`. `None`: the trainer's own eps parameters apply.
     /// Preferences are public metadata (DESIGN 2.7).
     pub budgets: Option<&'a [f64]>,
+    /// Per rating (aligned with `ratings`): the Gaussian part of its loss so far (zCDP
+    /// `rho`, [`crate::ledger::rating_loss`]); `None`: 0 for every rating.
+    pub rating_rho: Option<&'a [f64]>,
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
@@ -82,6 +85,7 @@ impl<'a> TrainData<'a> {
             matrix,
             scale,
             budgets: None,
+            rating_rho: None,
             prior: None,
         }
     }
@@ -143,6 +147,12 @@ pub trait Trainer: Send + Sync {
     fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
         let _ = factor;
         None
+    }
+    /// Whether the fitted ranker carries its own DP counts (charged in the trainer's own
+    /// charges and user-level event), so the service publishes no separate DP popularity
+    /// for the release and spends no popularity eps on it.
+    fn publishes_popularity(&self) -> bool {
+        false
     }
     /// Trains on `data`; all randomness comes from `rng`.
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError>;

@@ -264,6 +264,7 @@ impl Trainer for PrivateGd {
             }],
             ratings: Vec::new(),
             users,
+            rating_rho: Vec::new(),
         };
         Ok(Fitted {
             model,

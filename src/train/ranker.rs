@@ -6,6 +6,7 @@
 //! scores are `x_u B` (item-item, projection) and a factor model with a stored user row
 //! rank through the same call.
 
+use crate::train::item_ranker::ItemRanker;
 use crate::train::FactorModel;
 
 /// Scores items for one user from a published model and the user's own ratings.
@@ -22,6 +23,58 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
     /// Predicted rating of `item`, when the model predicts ratings (RMSE); `None` for
     /// models that only rank.
     fn predict(&self, user: Option<usize>, own: &[(usize, f64)], item: usize) -> Option<f64>;
+
+    /// Whether `own` gives this model anything to personalise from; `false` when the
+    /// user's list is the model's popularity order (the response's `fallback`).
+    fn personalises(&self, own: &[(usize, f64)]) -> bool {
+        !own.is_empty()
+    }
+
+    /// The model in the form a release stores and a restarted service reloads; `None`
+    /// for models that are not served through a ranker (factor models are stored as such).
+    fn stored(&self) -> Option<StoredRanker> {
+        None
+    }
+
+    /// The DP counts this model published with itself, per item index (the service's
+    /// popularity fallback and listings); `None` when it publishes none.
+    fn popularity_counts(&self) -> Option<Vec<f64>> {
+        None
+    }
+}
+
+/// The `k` best items of `scores` (descending score, ties to the smaller index),
+/// skipping `excluded` items and items scored `-inf` or NaN.
+pub fn top_k(scores: &[f64], excluded: &[bool], k: usize) -> Vec<usize> {
+    let mut cand: Vec<usize> = (0..scores.len())
+        .filter(|&j| !excluded.get(j).copied().unwrap_or(false))
+        .filter(|&j| scores[j] > f64::NEG_INFINITY)
+        .collect();
+    let better = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
+    if cand.len() > k && k > 0 {
+        cand.select_nth_unstable_by(k - 1, better);
+        cand.truncate(k);
+    }
+    cand.sort_unstable_by(better);
+    cand.truncate(k);
+    cand
+}
+
+/// A served ranker as stored with its release (JSON inside the model column).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum StoredRanker {
+    /// An item-side model over DP-popular candidates ([`ItemRanker`]).
+    Item { model: ItemRanker },
+}
+
+impl StoredRanker {
+    /// The ranker a service answers with.
+    pub fn into_ranker(self) -> std::sync::Arc<dyn Ranker> {
+        match self {
+            StoredRanker::Item { model } => std::sync::Arc::new(model),
+        }
+    }
 }
 
 impl Ranker for FactorModel {

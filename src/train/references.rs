@@ -127,6 +127,25 @@ impl Trainer for DpPopularity {
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
         self.inner.planned_user_event()
     }
+    fn user_level_event(&self, max_ratings: u64) -> Option<PrivacyEvent> {
+        self.inner.user_level_event(max_ratings)
+    }
+    /// The counts alone: the rating-level multiplier without the Gram term.
+    fn rating_cap(&self) -> Option<f64> {
+        let (_, z_c, _) = self.inner.multipliers().ok()?;
+        let z_r = dp_topn::rating_multiplier(z_c, f64::INFINITY, &self.inner.contribution);
+        dp_topn::rating_eps(1.0, z_r, self.inner.delta_r).ok()
+    }
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        (factor.is_finite() && factor >= 1.0).then(|| {
+            let mut inner = self.inner.clone();
+            inner.noise_factor *= factor;
+            Box::new(Self { inner }) as Box<dyn Trainer>
+        })
+    }
+    fn publishes_popularity(&self) -> bool {
+        true
+    }
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let rel = self.inner.release_counts_only(data, rng)?;
         let n = data.matrix.n_items;

@@ -143,6 +143,7 @@ impl Trainer for FakeDp {
                 }],
                 ratings,
                 users,
+                rating_rho: Vec::new(),
             },
             guarantee: Guarantee::Proven,
             ranker: None,

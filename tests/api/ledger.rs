@@ -376,6 +376,7 @@ async fn commit_rechecks_stored_state(url: &str) {
                 item: r.item.clone(),
                 eps_train: eps,
                 eps_popularity: 0.0,
+                rho: 0.0,
             })
             .collect(),
         user_charges: [(

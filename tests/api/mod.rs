@@ -19,4 +19,5 @@ mod models;
 mod private_gd;
 mod ratings;
 mod recommend;
+mod topn;
 mod users;

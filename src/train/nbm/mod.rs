@@ -380,6 +380,7 @@ impl Nbm {
             ],
             ratings,
             users,
+            rating_rho: Vec::new(),
         })
     }
 

@@ -167,6 +167,7 @@ impl Trainer for PaperPmf {
                 mechanisms: vec![record],
                 ratings,
                 users,
+                rating_rho: Vec::new(),
             },
             guarantee: Guarantee::PaperClaimed,
             ranker: None,

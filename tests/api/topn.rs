@@ -1,0 +1,246 @@
+//! The served default, `dp-topn`, end to end (issue 13): a user's list comes from the
+//! published DP model and the user's own current ratings (joint DP, DESIGN 6), equals
+//! the list `eval` computes for the same model and data, changes with a new rating
+//! without a retrain, and survives a restart (the ranker is stored with the release).
+
+use std::collections::BTreeMap;
+
+use dprec::data::{Interactions, Ratings};
+use dprec::eval::ranking::{list_metrics, top_k};
+use dprec::eval::{ranking_metrics, RankingConfig};
+use dprec::retrain::Hooks;
+use dprec::serve::StoredModel;
+
+use crate::api::helpers::*;
+use crate::both_backends;
+
+/// Two tastes over 20 items: even users like `a0..a9`, odd users `b0..b9`. Each user
+/// rates 6 items of its cluster (5 stars) and one of the other (2 stars); one more item
+/// of its cluster is held out as the relevant test item. Deterministic (an LCG).
+struct Tastes {
+    train: Vec<(String, String, f64)>,
+    test: Vec<(String, String)>,
+}
+
+fn tastes(n_users: usize) -> Tastes {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |m: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 33) as usize) % m
+    };
+    let (mut train, mut test) = (Vec::new(), Vec::new());
+    for u in 0..n_users {
+        let (own, other) = if u % 2 == 0 { ("a", "b") } else { ("b", "a") };
+        let user = format!("user{u:03}");
+        let mut picked: Vec<usize> = Vec::new();
+        while picked.len() < 7 {
+            let j = next(10);
+            if !picked.contains(&j) {
+                picked.push(j);
+            }
+        }
+        for &j in &picked[..6] {
+            train.push((user.clone(), format!("{own}{j}"), 5.0));
+        }
+        train.push((user.clone(), format!("{other}{}", next(10)), 2.0));
+        test.push((user, format!("{own}{}", picked[6])));
+    }
+    Tastes { train, test }
+}
+
+fn served_settings(url: &str) -> dprec::config::Settings {
+    let mut s = settings(url);
+    s.trainer.name = "dp-topn".into();
+    // A short lifetime plan keeps the noise small enough for 200 users to give signal.
+    s.budget.planned_releases = 4;
+    s.budget.default_user_eps = 20.0;
+    s.budget.share = "fraction:1".parse().unwrap();
+    s.trainer.params = BTreeMap::from([
+        ("releases".to_string(), "4".to_string()),
+        ("eps".to_string(), "20".to_string()),
+        ("count_clip".to_string(), "1".to_string()),
+        ("k".to_string(), "20".to_string()),
+        ("d".to_string(), "2".to_string()),
+    ]);
+    s
+}
+
+async fn ingest_all(app: &TestApp, train: &[(String, String, f64)]) {
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = train
+        .iter()
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(10.0)))
+        .collect();
+    app.ingest(&rows).await;
+}
+
+async fn served_list(app: &TestApp, user: &str, n: usize) -> (Vec<String>, bool) {
+    let (st, rec) = app
+        .get(&format!("/v1/users/{user}/recommendations?n={n}"), READER)
+        .await;
+    assert_eq!(st, 200, "{rec}");
+    let items = rec["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["item"].as_str().unwrap().to_string())
+        .collect();
+    (items, rec["fallback"].as_bool().unwrap())
+}
+
+/// The service's top-N equals eval's for the same model and data: every user's list is
+/// the one eval's list function gives for the stored model and the user's ratings, and
+/// NDCG@5 over the held-out items is the same number both ways.
+async fn served_lists_equal_eval_lists(url: &str) {
+    let data = tastes(200);
+    let app = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_all(&app, &data.train).await;
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+
+    // The stored release, read back as a restarted service and eval would.
+    let row = app.store.latest_model().await.unwrap().unwrap();
+    let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
+    let ranker = stored
+        .ranker
+        .expect("dp-topn stores its ranker")
+        .into_ranker();
+    let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
+    let index = |i: &str| items.iter().position(|x| x == i);
+    let users: Vec<String> = data.test.iter().map(|(u, _)| u.clone()).collect();
+
+    let mut train = Ratings::with_dims(users.len(), items.len());
+    for (u, i, v) in &data.train {
+        let uu = users.iter().position(|x| x == u).unwrap();
+        train.push(uu as u32, index(i).unwrap() as u32, *v as f32);
+    }
+    let mut test = Ratings::with_dims(users.len(), items.len());
+    let matrix = Interactions::new(&train);
+    let k = 5;
+    let (mut ndcg_served, mut personal) = (0.0, 0);
+    for (uu, (u, held_out)) in data.test.iter().enumerate() {
+        // The held-out item may not be in the catalogue if nobody rated it (then it is
+        // never relevant for either side).
+        let Some(h) = index(held_out) else { continue };
+        test.push(uu as u32, h as u32, 5.0);
+        let (items_row, values) = matrix.by_user.row(uu);
+        let own: Vec<(usize, f64)> = items_row
+            .iter()
+            .zip(values)
+            .map(|(&j, &v)| (j as usize, v as f64))
+            .collect();
+        let mut scores = vec![0.0; ranker.n_items()];
+        ranker.score_items(None, &own, &mut scores);
+        let mut excluded = vec![false; items.len()];
+        for &(j, _) in &own {
+            excluded[j] = true;
+        }
+        let eval_list: Vec<String> = top_k(&scores, &excluded, k)
+            .into_iter()
+            .map(|j| items[j].clone())
+            .collect();
+        let (served, fallback) = served_list(&app, u, k).await;
+        assert_eq!(served, eval_list, "user {u}");
+        personal += usize::from(!fallback);
+        let served_idx: Vec<usize> = served.iter().map(|i| index(i).unwrap()).collect();
+        ndcg_served += list_metrics(&served_idx, &[h], k).2;
+    }
+    assert!(personal > 150, "most users get personal lists: {personal}");
+    let cfg = RankingConfig {
+        k,
+        relevant_min: 4.0,
+        max_users: None,
+    };
+    let eval = ranking_metrics(ranker.as_ref(), &matrix, &test, &cfg);
+    let served = ndcg_served / eval.users as f64;
+    assert!(
+        (served - eval.ndcg).abs() < 1e-12,
+        "served {served} eval {}",
+        eval.ndcg
+    );
+    // The two tastes are learnt: a clear majority of held-out items are found.
+    assert!(eval.ndcg > 0.3, "{eval:?}");
+    app.stop().await;
+}
+both_backends!(served_lists_equal_eval_lists);
+
+/// A new rating changes that user's next answer without a retrain (the list is computed
+/// from the user's own current ratings), and a restarted service answers the same.
+async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
+    let data = tastes(200);
+    let app = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_all(&app, &data.train).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let (cold, fallback) = served_list(&app, "newcomer", 3).await;
+    assert!(fallback, "no ratings: DP popularity answers");
+    assert_eq!(cold.len(), 3);
+
+    // One rating of a b-item: the next answer is personal and lists b-items only.
+    let liked = "b3".to_string();
+    app.ingest(&[("newcomer", &liked, 5.0, None)]).await;
+    let (warm, fallback) = served_list(&app, "newcomer", 3).await;
+    assert!(!fallback);
+    assert!(!warm.contains(&liked), "rated items are excluded: {warm:?}");
+    assert!(
+        warm.iter().all(|i| i.starts_with('b')),
+        "a b-lover gets b-items: {warm:?}"
+    );
+    let before = served_list(&app, "user001", 5).await;
+    app.stop().await;
+
+    let again = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    assert_eq!(served_list(&again, "user001", 5).await, before);
+    assert_eq!(served_list(&again, "newcomer", 3).await.0, warm);
+    again.stop().await;
+}
+both_backends!(own_ratings_answer_without_retrain_and_after_restart);
+
+/// Rating level with the served default: a rating that can afford it takes full part in
+/// every release and is charged the Gaussian part of its loss, composed in zCDP: after
+/// two releases its audited spend is `eps(2 rho)` at delta_r, well below twice one
+/// release, and within eps_ij.
+async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
+    let data = tastes(200);
+    let mut s = served_settings(url);
+    s.budget.max_rating_eps = 100.0;
+    s.budget.share = "fraction:0.5".parse().unwrap();
+    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
+        .train
+        .iter()
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(50.0)))
+        .collect();
+    app.ingest(&rows).await;
+    let first = app.retrain().await;
+    assert_eq!(first.status, "succeeded", "{first:?}");
+    let (_, cur) = app.get("/v1/models/current", READER).await;
+    let z_r = cur["release"]["mechanisms"][1]["params"]["rating_multiplier"]
+        .as_f64()
+        .unwrap();
+    let rho = 1.0 / (2.0 * z_r * z_r);
+    let one = dprec::ledger::gaussian_eps(rho);
+    assert!(one < 25.0, "the first release is affordable: {one}");
+    let audit = app.audit("user001", "").await;
+    assert!(audit
+        .ratings
+        .entries
+        .iter()
+        .all(|r| r.releases == 1 && (r.spent - one).abs() < 1e-9 * one));
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let two = dprec::ledger::gaussian_eps(2.0 * rho);
+    let audit = app.audit("user001", "").await;
+    for r in &audit.ratings.entries {
+        assert_eq!(r.releases, 2, "{r:?}");
+        assert!((r.spent - two).abs() < 1e-9 * two, "{r:?} vs {two}");
+        assert!(r.spent < 1.6 * one && r.spent <= r.eps, "{r:?}");
+    }
+    app.stop().await;
+}
+both_backends!(ratings_compose_their_gaussian_part_across_releases);
