@@ -306,9 +306,20 @@ impl Settings {
                 bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
             }
         }
-        for k in &self.auth.keys {
+        let mut roles: BTreeMap<&str, (usize, Role)> = BTreeMap::new();
+        for (n, k) in self.auth.keys.iter().enumerate() {
             if k.key.len() < 16 {
                 bail!("auth.keys: every key must be at least 16 characters");
+            }
+            // A key listed twice with different roles would silently get one of them.
+            match roles.insert(&k.key, (n, k.role)) {
+                Some((first, role)) if role != k.role => bail!(
+                    "auth.keys: entries {} and {} are the same key with different roles                      ({role:?} and {:?}); list each key once",
+                    first + 1,
+                    n + 1,
+                    k.role
+                ),
+                _ => {}
             }
         }
         Ok(())
@@ -564,5 +575,29 @@ mod tests {
         s.budget.default_user_delta = 1.0;
         assert!(s.validate().is_err());
         assert!(Settings::default().validate().is_ok());
+    }
+
+    /// A key listed twice with different roles is refused at load, naming both entries
+    /// (the key itself is not printed); the same key twice with one role is harmless.
+    #[test]
+    fn a_key_with_two_roles_is_refused() {
+        let key = |k: &str, role| ApiKey {
+            key: k.into(),
+            role,
+        };
+        let mut s = Settings::default();
+        s.auth.keys = vec![
+            key("reader-key-0123456789", Role::Reader),
+            key("shared-key-0123456789", Role::Reader),
+            key("shared-key-0123456789", Role::Admin),
+        ];
+        let e = s.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("entries 2 and 3") && e.contains("different roles"),
+            "{e}"
+        );
+        assert!(!e.contains("shared-key"), "{e}");
+        s.auth.keys[2].role = Role::Reader;
+        s.validate().unwrap();
     }
 }
