@@ -243,7 +243,7 @@ pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
 /// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
 /// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md.
-pub const DEFAULT_COMMIT_ROWS: usize = 500;
+pub const DEFAULT_COMMIT_ROWS: usize = 2_000;
 /// Weight of a user charge in a chunk: it reads, parses, composes and rewrites the
 /// user's RDP curve (156 orders of JSON) besides inserting its charge row.
 const USER_WEIGHT: usize = 8;
@@ -342,7 +342,12 @@ pub async fn commit_release(
         };
         users.push((user.as_str(), k));
     }
-    let chunks = plan_chunks(users.len(), rec.rating_charges.len(), store.commit_rows());
+    // Rows are locked in (user, item) order, the order ingestion locks them in (its
+    // batches are sorted), so a ledger transaction and an ingestion batch never wait for
+    // each other in a cycle on PostgreSQL (deadlock_detected). Users are locked by id.
+    let mut ratings: Vec<&RatingChargeRow> = rec.rating_charges.iter().collect();
+    ratings.sort_by(|a, b| (&a.user, &a.item).cmp(&(&b.user, &b.item)));
+    let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();
     let mut release_id: Option<i64> = None;
     let mut longest = std::time::Duration::ZERO;
@@ -352,7 +357,10 @@ pub async fn commit_release(
             chunk: k,
             chunks: n,
         };
-        let res = commit_chunk(store, rec, &users, &costs, chunk, point, release_id, hook).await;
+        let res = commit_chunk(
+            store, rec, &users, &ratings, &costs, chunk, point, release_id, hook,
+        )
+        .await;
         match res {
             Ok(id) => release_id = Some(id),
             Err(e) => {
@@ -400,6 +408,7 @@ async fn commit_chunk(
     store: &Store,
     rec: &ReleaseRecord,
     users: &[(&str, usize)],
+    ratings: &[&RatingChargeRow],
     costs: &[UserCost],
     chunk: &Chunk,
     point: CommitPoint,
@@ -415,7 +424,7 @@ async fn commit_chunk(
     for part in users[chunk.users.clone()].chunks(USER_STMT) {
         charge_users(store, &mut tx, id, part, costs).await?;
     }
-    for part in rec.rating_charges[chunk.ratings.clone()].chunks(RATING_STMT) {
+    for part in ratings[chunk.ratings.clone()].chunks(RATING_STMT) {
         charge_ratings(store, &mut tx, id, rec, part).await?;
     }
     if point.chunk + 1 == point.chunks {
@@ -500,10 +509,10 @@ async fn charge_ratings(
     tx: &mut Tx,
     release_id: i64,
     rec: &ReleaseRecord,
-    part: &[RatingChargeRow],
+    part: &[&RatingChargeRow],
 ) -> Result<(), CommitError> {
     let sql = format!(
-        "SELECT id, eps, spent FROM ratings WHERE id IN ({}){}",
+        "SELECT id, eps, spent FROM ratings WHERE id IN ({}) ORDER BY user_id, item_id{}",
         in_list(part.len()),
         store.for_update()
     );
@@ -580,7 +589,8 @@ async fn charge_users(
     costs: &[UserCost],
 ) -> Result<(), CommitError> {
     let sql = format!(
-        "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE id IN ({}){}",
+        "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE id IN ({}) \
+         ORDER BY id{}",
         in_list(part.len()),
         store.for_update()
     );
