@@ -349,7 +349,8 @@ impl Settings {
                 bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
             }
         }
-        for k in &self.auth.keys {
+        let mut roles: BTreeMap<&str, (usize, Role)> = BTreeMap::new();
+        for (n, k) in self.auth.keys.iter().enumerate() {
             if k.key.len() < 16 {
                 bail!("auth.keys: every key must be at least 16 characters");
             }
@@ -358,6 +359,16 @@ impl Settings {
                     "auth.keys: role \"user\" is a token bound to one user; create it with \
                      `dprec keys create --role user --user ID` or POST /v1/admin/keys"
                 );
+            }
+            // A key listed twice with different roles would silently get one of them.
+            match roles.insert(&k.key, (n, k.role)) {
+                Some((first, role)) if role != k.role => bail!(
+                    "auth.keys: entries {} and {} are the same key with different roles ({role:?} and {:?}); list each key once",
+                    first + 1,
+                    n + 1,
+                    k.role
+                ),
+                _ => {}
             }
         }
         Ok(())
@@ -653,5 +664,29 @@ mod tests {
             role: Role::User,
         });
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("--role user"));
+    }
+
+    /// A key listed twice with different roles is refused at load, naming both entries
+    /// (the key itself is not printed); the same key twice with one role is harmless.
+    #[test]
+    fn a_key_with_two_roles_is_refused() {
+        let key = |k: &str, role| ApiKey {
+            key: k.into(),
+            role,
+        };
+        let mut s = Settings::default();
+        s.auth.keys = vec![
+            key("reader-key-0123456789", Role::Reader),
+            key("shared-key-0123456789", Role::Reader),
+            key("shared-key-0123456789", Role::Admin),
+        ];
+        let e = s.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("entries 2 and 3") && e.contains("different roles"),
+            "{e}"
+        );
+        assert!(!e.contains("shared-key"), "{e}");
+        s.auth.keys[2].role = Role::Reader;
+        s.validate().unwrap();
     }
 }

@@ -85,34 +85,14 @@ fn raise_refused(field: &str, current: f64, requested: f64) -> ApiError {
     .with_field(field)
 }
 
-/// Set a user's privacy settings; omitted fields keep their value. The budget
-/// (`budget_eps`, `budget_delta`) is bounded by `budget.max_user_eps` /
-/// `budget.max_user_delta` (422) and may be lowered at any time but never raised once
-/// the user has been charged by a release or an LDP report (409).
-#[utoipa::path(put, path = "/v1/users/{user}/settings", tag = "users",
-    params(("user" = String, Path)),
-    request_body = UserSettingsIn,
-    responses((status = 200, body = UserSettings),
-        (status = 409, description = "A budget raise after the user has been charged (the problem's `field` names budget_eps or budget_delta)", body = super::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field, or a budget above budget.max_user_eps / budget.max_user_delta", body = super::Problem, content_type = "application/problem+json")),
-    security(("api_key" = [])))]
-pub async fn put_settings(
-    auth: UserKey,
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    let user = path_id(&state, "user", &path)?;
-    if !(auth.0.role >= Role::Writer || auth.0.is_token_of(user.as_str())) {
-        return Err(ApiError::forbidden(format!(
-            "changing user {:?}'s settings needs a writer key or that user's token",
-            user.as_str()
-        )));
-    }
-    let body: UserSettingsIn =
-        json_body(&req, payload, state.settings.server.max_body_bytes).await?;
-    let b = &state.settings.budget;
+/// `(default_eps, budget_eps, budget_delta)` of a settings request, each optional.
+type SettingsFields = (Option<Epsilon>, Option<Epsilon>, Option<Delta>);
+
+/// The fields of a settings request, each checked against its bound (422 naming it).
+fn parse_settings(
+    body: &UserSettingsIn,
+    b: &crate::config::BudgetSettings,
+) -> Result<SettingsFields, ApiError> {
     let max = b.max_rating_eps;
     let default_eps = body
         .default_eps
@@ -155,6 +135,38 @@ pub async fn put_settings(
         })
         .transpose()
         .map_err(|e| ApiError::invalid("budget_delta", e))?;
+    Ok((default_eps, budget_eps, budget_delta))
+}
+
+/// Set a user's privacy settings; omitted fields keep their value. The budget
+/// (`budget_eps`, `budget_delta`) is bounded by `budget.max_user_eps` /
+/// `budget.max_user_delta` (422) and may be lowered at any time but never raised once
+/// the user has been charged by a release or an LDP report (409).
+#[utoipa::path(put, path = "/v1/users/{user}/settings", tag = "users",
+    params(("user" = String, Path)),
+    request_body = UserSettingsIn,
+    responses((status = 200, body = UserSettings),
+        (status = 409, description = "A budget raise after the user has been charged (the problem's `field` names budget_eps or budget_delta)", body = super::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field, or a budget above budget.max_user_eps / budget.max_user_delta", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn put_settings(
+    auth: UserKey,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let user = path_id(&state, "user", &path)?;
+    if !(auth.0.role >= Role::Writer || auth.0.is_token_of(user.as_str())) {
+        return Err(ApiError::forbidden(format!(
+            "changing user {:?}'s settings needs a writer key or that user's token",
+            user.as_str()
+        )));
+    }
+    let body: UserSettingsIn =
+        json_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let b = &state.settings.budget;
+    let (default_eps, budget_eps, budget_delta) = parse_settings(&body, b)?;
     let current = state.store.user(user.as_str()).await?;
     let (cur_default, cur_eps, cur_delta) = match &current {
         Some(u) => (u.default_eps, u.budget_eps, u.budget_delta),

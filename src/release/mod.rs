@@ -1,7 +1,8 @@
 //! Releases: a trained model with its DP popularity, charged to the ledger and then
 //! served. [`Retrainer::release`] is the pipeline as a list of named steps
 //! ([`steps`]: admit, training set, fit, popularity, charges, record), followed by the
-//! store's one-transaction commit and the swap of the served model. Jobs, the lease and
+//! store's commit (short ledger transactions, then the one that stores the model) and
+//! the swap of the served model. Jobs, the lease and
 //! the one error type of a release ([`ReleaseError`]) are here; the scheduler and the
 //! replica watcher are in [`scheduler`].
 
@@ -33,7 +34,8 @@ pub struct Hooks {
     pub seed: Option<u64>,
     /// Called after training, before the ledger transaction starts.
     pub before_commit: Option<Arc<dyn Fn() -> Result<(), InjectedFailure> + Send + Sync>>,
-    /// Called inside the ledger transaction after every write, before COMMIT.
+    /// Called inside each ledger transaction of the commit (after its writes, before its
+    /// COMMIT) with its position; the last one stores the model (`store::commit_release`).
     pub inside_commit: Option<Arc<InsideTxHook>>,
 }
 

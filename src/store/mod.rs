@@ -25,12 +25,14 @@ pub use audit::{RatingAuditRow, UserReleaseCharge};
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
 pub use releases::{
-    commit_release, CommitError, InsideTxHook, ModelRow, RatingChargeRow, ReleaseRecord, ReleaseRow,
+    commit_release, CommitError, CommitPoint, InsideTxHook, ModelRow, RatingChargeRow,
+    ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Once;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -188,6 +190,11 @@ impl From<String> for InjectedFailure {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// SQLite only: the in-process queue of the writers that must not wait behind a
+    /// release (ingestion and the release's ledger transactions), see [`Store::write_gate`].
+    write_gate: Arc<tokio::sync::Mutex<()>>,
+    /// Ledger rows per transaction of a release commit (shared by the clones).
+    commit_rows: Arc<AtomicUsize>,
 }
 
 pub(crate) fn parse_curve(s: &str) -> Result<RdpCurve, StoreError> {
@@ -286,7 +293,12 @@ impl Store {
                 redact_url(&url)
             )
         })?;
-        let store = Self { pool, backend };
+        let store = Self {
+            pool,
+            backend,
+            write_gate: Arc::new(tokio::sync::Mutex::new(())),
+            commit_rows: Arc::new(AtomicUsize::new(DEFAULT_COMMIT_ROWS)),
+        };
         migrations::run(&store.pool, backend)
             .await
             .context("running database migrations")?;
@@ -334,6 +346,46 @@ impl Store {
             }
         }
         Ok(tx)
+    }
+
+    /// On SQLite, a place in the fair (FIFO) queue of this process's writers, held until
+    /// the guard is dropped (after COMMIT): SQLite has one writer at a time, and a writer
+    /// waiting in its busy handler polls with growing sleeps, so between two of a
+    /// release's short ledger transactions it would rarely find the lock free. Queued
+    /// here, an ingestion batch waits for at most the ledger transaction in progress.
+    /// Taken before a pooled connection, so queued writers hold no connection. `None`
+    /// (no queue) on PostgreSQL, which has row locks.
+    pub async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match self.backend {
+            Backend::Sqlite => Some(self.write_gate.clone().lock_owned().await),
+            Backend::Postgres => None,
+        }
+    }
+
+    /// A transaction that writes: on SQLite its first statement takes the write lock
+    /// (the effect of BEGIN IMMEDIATE), so a busy database is waited for in SQLite's busy
+    /// handler. A deferred transaction that reads first cannot wait: its upgrade to a
+    /// writer fails at once with SQLITE_BUSY while another writer holds the lock.
+    pub async fn begin_write(&self) -> Result<Tx, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Sqlite {
+            sqlx::query("UPDATE leases SET expires_at = expires_at WHERE 1 = 0")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(tx)
+    }
+
+    /// Ledger rows per transaction of a release commit (default
+    /// [`DEFAULT_COMMIT_ROWS`]; a rating charge counts 1, a user charge 8).
+    pub fn commit_rows(&self) -> usize {
+        self.commit_rows.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Store::commit_rows`] for this store and its clones (tests use small values
+    /// to commit small releases in many transactions).
+    pub fn set_commit_rows(&self, rows: usize) {
+        self.commit_rows.store(rows.max(1), Ordering::Relaxed);
     }
 
     /// `FOR UPDATE` on PostgreSQL (row locks), nothing on SQLite (already exclusive).

@@ -57,7 +57,10 @@ impl Store {
         // A new user's consumed curve is stored as '' (read back as the zero curve by
         // `parse_curve`) instead of 156 zeros of JSON per row.
         let zero = "";
-        let mut tx = self.pool.begin().await?;
+        // In the writers' queue, then holding SQLite's write lock from the first statement:
+        // never behind a whole release, and never failing at once on a busy database.
+        let _gate = self.write_gate().await;
+        let mut tx = self.begin_write().await?;
         super::ldp::check_pairs(&mut tx, &rows).await?;
         // Multi-row statements, a few hundred rows each (well under both backends'
         // bind-parameter limits): one round trip per chunk instead of one per rating.

@@ -1,12 +1,13 @@
 //! Releases, their models, and the one transaction that records a release with its
 //! ledger charges (DESIGN 4).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 
 use sqlx::Row;
 
 use super::{curve_json, now_ms, parse_curve, Store, StoreError, Tx};
-use crate::accountant::{AccountantError, PrivacyEvent, RenyiFilter};
+use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::ledger::{fits_with_rho, rating_loss, user_cost};
 use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
 
@@ -63,9 +64,13 @@ pub(crate) fn release_from_row(r: &sqlx::any::AnyRow) -> Result<ReleaseRow, Stor
 impl Store {
     // ----- releases and models --------------------------------------------------
 
+    /// Published releases (those with a stored model), newest first. A release whose
+    /// commit did not finish has no model and is not listed (its charges are in the audit).
     pub async fn releases(&self, limit: i64, offset: i64) -> Result<Vec<ReleaseRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {RELEASE_COLS} FROM releases ORDER BY id DESC LIMIT $1 OFFSET $2"
+            "SELECT {RELEASE_COLS} FROM releases WHERE EXISTS \
+             (SELECT 1 FROM models m WHERE m.release_id = releases.id) \
+             ORDER BY id DESC LIMIT $1 OFFSET $2"
         ))
         .bind(limit)
         .bind(offset)
@@ -116,14 +121,25 @@ impl Store {
     }
 }
 
-// The one transaction that publishes a release (DESIGN 4).
+// Committing a release (DESIGN 4): short ledger transactions, then a publishing one.
 //
-// Inside a transaction that holds the commit lock ([`Store::begin_exclusive`]): insert
-// the release row; for every charged rating, lock its row (`FOR UPDATE` on PostgreSQL),
-// re-check `spent + charge <= eps_ij` with the stored values and write the new spend and
-// the charge; for every charged user, lock the row, re-check the Renyi filter admission
-// with the stored consumed curve and write the new curve and the charge; store the model.
-// Any failed check aborts the transaction: nothing is charged and the model is dropped.
+// Everything that does not need the stored state is prepared first, outside any lock
+// (each distinct user charge's RDP curve and JSON, the statement shapes). Then the
+// ledger work is written in bounded transactions ("chunks"), each holding the commit
+// lock ([`Store::begin_exclusive`], on SQLite the database write lock) only for its own
+// rows: the first also inserts the release row; each re-checks its users (lock the row,
+// `FOR UPDATE` on PostgreSQL; the Renyi filter admits the charge with the stored consumed
+// curve; store the composed curve and the charge) and its ratings (lock, `spent + charge
+// <= eps_ij` with the stored values, new spend, charge); the last also stores the model,
+// which is what publishes the release (the served model and `GET /v1/models` are read
+// from `models`). A small release is one transaction, as before.
+//
+// Crash argument (docs/RELIABILITY.md, "Release commits"): a model row exists only after
+// every chunk committed, so a served model always has all its charges; a crash or failed
+// re-check after k >= 1 chunks leaves a release row without a model and charges that are
+// all within budget (each chunk re-checked them under the lock): an over-charge for
+// nothing published, which is safe, and is shown by the audit. A failure in the first
+// chunk leaves nothing.
 
 /// One rating's charge in a release.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +207,21 @@ pub enum CommitError {
     Accounting(String, #[source] AccountantError),
     #[error("injected failure: {0}")]
     Injected(String),
+    /// A failure after the first `committed` of `chunks` ledger transactions: release
+    /// `release_id` keeps the charges written so far (an over-charge, never an
+    /// overspend) and is not published.
+    #[error(
+        "release {release_id} not published: ledger transaction {} of {chunks} failed ({source}); \
+         the charges of the {committed} committed ones stay (over-charge, nothing served)",
+        committed + 1
+    )]
+    Aborted {
+        release_id: i64,
+        committed: usize,
+        chunks: usize,
+        #[source]
+        source: Box<CommitError>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -201,22 +232,227 @@ impl From<sqlx::Error> for CommitError {
     }
 }
 
-/// A test hook called inside the transaction after the charges are written and before
-/// COMMIT; an error aborts the transaction as a crash there would.
-pub type InsideTxHook = dyn Fn() -> Result<(), String> + Send + Sync;
+/// Where a commit is when the test hook runs: inside ledger transaction `chunk`
+/// (0-based) of `chunks`, after its writes, before its COMMIT. The last one also stores
+/// the model (publishes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitPoint {
+    pub chunk: usize,
+    pub chunks: usize,
+}
 
-/// Ratings per statement (10 binds each for the charge rows: within both backends' limits).
-const CHUNK: usize = 400;
+/// A test hook called inside every ledger transaction of a commit after its writes and
+/// before its COMMIT; an error aborts that transaction as a crash there would.
+pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
-/// Records `rec` atomically; returns the release id.
+/// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
+/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md.
+pub const DEFAULT_COMMIT_ROWS: usize = 2_000;
+/// Weight of a user charge in a chunk: it reads, parses, composes and rewrites the
+/// user's RDP curve (156 orders of JSON) besides inserting its charge row.
+const USER_WEIGHT: usize = 8;
+/// Ratings per statement. Kept small on purpose: sqlx binds SQLite parameters by name
+/// (`$N`), and `sqlite3_bind_parameter_name` scans the statement's parameter list, so
+/// binding one statement costs O(binds^2): 500 charge rows (4,500 binds) took ~470 ms
+/// per 2,000 ratings, 64 rows (576 binds) a few ms.
+const RATING_STMT: usize = 64;
+/// Users per statement (6 binds per charge row, see [`RATING_STMT`]).
+const USER_STMT: usize = 50;
+
+/// The ranges of users and of ratings written by one ledger transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Chunk {
+    users: std::ops::Range<usize>,
+    ratings: std::ops::Range<usize>,
+}
+
+/// Packs `users` user charges then `ratings` rating charges into transactions of at
+/// most `rows` weighted rows (at least one unit each; at least one transaction).
+fn plan_chunks(users: usize, ratings: usize, rows: usize) -> Vec<Chunk> {
+    let rows = rows.max(1);
+    let mut out = Vec::new();
+    let mut cur = Chunk {
+        users: 0..0,
+        ratings: 0..0,
+    };
+    let mut weight = 0;
+    for u in 0..users {
+        if weight > 0 && weight + USER_WEIGHT > rows {
+            out.push(cur.clone());
+            cur = Chunk {
+                users: u..u,
+                ratings: 0..0,
+            };
+            weight = 0;
+        }
+        cur.users.end = u + 1;
+        weight += USER_WEIGHT;
+    }
+    let mut r = 0;
+    while r < ratings {
+        if weight >= rows {
+            out.push(cur.clone());
+            cur = Chunk {
+                users: users..users,
+                ratings: r..r,
+            };
+            weight = 0;
+        }
+        if cur.ratings.is_empty() {
+            cur.ratings = r..r;
+        }
+        let take = (rows - weight).min(ratings - r);
+        r += take;
+        cur.ratings.end = r;
+        weight += take;
+    }
+    out.push(cur);
+    out
+}
+
+/// One distinct user charge: its events as stored and its RDP curve.
+struct UserCost {
+    events_json: String,
+    cost: RdpCurve,
+}
+
+/// Records `rec` (see the comment above): returns the release id once its model is
+/// stored, i.e. published.
 pub async fn commit_release(
     store: &Store,
     rec: &ReleaseRecord,
-    inside_tx: Option<&InsideTxHook>,
+    hook: Option<&InsideTxHook>,
 ) -> Result<i64, CommitError> {
-    let now = now_ms();
+    let started = Instant::now();
+    // Outside any lock: the curve and JSON of each distinct charge (usually one for all
+    // users), computed once.
+    let mut costs: Vec<UserCost> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut users: Vec<(&str, usize)> = Vec::with_capacity(rec.user_charges.len());
+    for (user, events) in &rec.user_charges {
+        let json = serde_json::to_string(events).expect("events serialise");
+        let k = match index.get(&json) {
+            Some(&k) => k,
+            None => {
+                let cost =
+                    user_cost(events).map_err(|e| CommitError::Accounting(user.to_owned(), e))?;
+                costs.push(UserCost {
+                    events_json: json.clone(),
+                    cost,
+                });
+                index.insert(json, costs.len() - 1);
+                costs.len() - 1
+            }
+        };
+        users.push((user.as_str(), k));
+    }
+    // Rows are locked in (user, item) order, the order ingestion locks them in (its
+    // batches are sorted), so a ledger transaction and an ingestion batch never wait for
+    // each other in a cycle on PostgreSQL (deadlock_detected). Users are locked by id.
+    let mut ratings: Vec<&RatingChargeRow> = rec.rating_charges.iter().collect();
+    ratings.sort_by(|a, b| (&a.user, &a.item).cmp(&(&b.user, &b.item)));
+    let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
+    let n = chunks.len();
+    let mut release_id: Option<i64> = None;
+    let mut longest = std::time::Duration::ZERO;
+    for (k, chunk) in chunks.iter().enumerate() {
+        let t = Instant::now();
+        let point = CommitPoint {
+            chunk: k,
+            chunks: n,
+        };
+        let res = commit_chunk(
+            store, rec, &users, &ratings, &costs, chunk, point, release_id, hook,
+        )
+        .await;
+        match res {
+            Ok(id) => release_id = Some(id),
+            Err(e) => {
+                return Err(match release_id {
+                    Some(release_id) => {
+                        log::warn!(
+                            "release {release_id}: ledger transaction {} of {n} failed: {e}; \
+                             {k} committed (charges stay, nothing published)",
+                            k + 1
+                        );
+                        CommitError::Aborted {
+                            release_id,
+                            committed: k,
+                            chunks: n,
+                            source: Box::new(e),
+                        }
+                    }
+                    None => e,
+                })
+            }
+        }
+        longest = longest.max(t.elapsed());
+        if k + 1 < n {
+            // Writers queued on the in-process gate get it first (it is fair); a short
+            // pause also lets writers polling SQLite's lock (other processes, writes
+            // that do not take the gate) in between chunks.
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+    let id = release_id.expect("at least one chunk");
+    log::info!(
+        "release {id}: {} rating and {} user charges committed in {n} ledger transaction(s), \
+         {:.0} ms in all, longest {:.1} ms",
+        rec.rating_charges.len(),
+        users.len(),
+        started.elapsed().as_secs_f64() * 1e3,
+        longest.as_secs_f64() * 1e3
+    );
+    Ok(id)
+}
+
+/// One ledger transaction of a commit; returns the release id (inserted by the first).
+#[allow(clippy::too_many_arguments)]
+async fn commit_chunk(
+    store: &Store,
+    rec: &ReleaseRecord,
+    users: &[(&str, usize)],
+    ratings: &[&RatingChargeRow],
+    costs: &[UserCost],
+    chunk: &Chunk,
+    point: CommitPoint,
+    release_id: Option<i64>,
+    hook: Option<&InsideTxHook>,
+) -> Result<i64, CommitError> {
+    let _gate = store.write_gate().await;
     let mut tx = store.begin_exclusive().await?;
-    let release_id: i64 = sqlx::query(
+    let id = match release_id {
+        Some(id) => id,
+        None => insert_release(&mut tx, rec).await?,
+    };
+    for part in users[chunk.users.clone()].chunks(USER_STMT) {
+        charge_users(store, &mut tx, id, part, costs).await?;
+    }
+    for part in ratings[chunk.ratings.clone()].chunks(RATING_STMT) {
+        charge_ratings(store, &mut tx, id, rec, part).await?;
+    }
+    if point.chunk + 1 == point.chunks {
+        sqlx::query(
+            "INSERT INTO models (release_id, model, users, items, popularity) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(id)
+        .bind(&rec.model_json)
+        .bind(&rec.users_json)
+        .bind(&rec.items_json)
+        .bind(&rec.popularity_json)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let Some(hook) = hook {
+        hook(point).map_err(CommitError::Injected)?;
+    }
+    tx.commit().await?;
+    Ok(id)
+}
+
+async fn insert_release(tx: &mut Tx, rec: &ReleaseRecord) -> Result<i64, CommitError> {
+    Ok(sqlx::query(
         "INSERT INTO releases (trainer, params, guarantee, mechanisms, popularity_eps, \
          n_ratings, n_users, n_items, job_id, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
@@ -230,66 +466,87 @@ pub async fn commit_release(
     .bind(rec.n_users)
     .bind(rec.n_items)
     .bind(rec.job_id)
-    .bind(now)
-    .fetch_one(&mut *tx)
+    .bind(now_ms())
+    .fetch_one(&mut **tx)
     .await?
-    .try_get(0)?;
-
-    // Per-rating eps_ij ledger: lock, re-check, spend, record.
-    for chunk in rec.rating_charges.chunks(CHUNK) {
-        charge_ratings(store, &mut tx, release_id, rec, chunk).await?;
-    }
-    // Per-user RDP ledger: lock, re-check the filter, compose, record.
-    for (user, events) in &rec.user_charges {
-        charge_user(store, &mut tx, release_id, user, events).await?;
-    }
-    sqlx::query(
-        "INSERT INTO models (release_id, model, users, items, popularity) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(release_id)
-    .bind(&rec.model_json)
-    .bind(&rec.users_json)
-    .bind(&rec.items_json)
-    .bind(&rec.popularity_json)
-    .execute(&mut *tx)
-    .await?;
-
-    if let Some(hook) = inside_tx {
-        hook().map_err(CommitError::Injected)?;
-    }
-    tx.commit().await?;
-    Ok(release_id)
+    .try_get(0)?)
 }
 
-/// One chunk of rating charges inside the release transaction: lock the rows, re-check
-/// every charge against the stored spend, then one UPDATE and one multi-row INSERT.
+/// `n` groups of `per` placeholders, e.g. `($1, $2), ($3, $4)`.
+fn value_rows(n: usize, per: usize) -> String {
+    (0..n)
+        .map(|k| {
+            let b = k * per;
+            let cols: Vec<String> = (1..=per).map(|j| format!("${}", b + j)).collect();
+            format!("({})", cols.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A derived table `(SELECT $1 AS i, $2 AS v UNION ALL SELECT $3, $4 ...)` of `n` pairs
+/// (portable between SQLite and PostgreSQL, unlike a column-aliased VALUES list).
+fn pairs_table(n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|k| {
+            if k == 0 {
+                "SELECT $1 AS i, $2 AS v".to_string()
+            } else {
+                format!("SELECT ${}, ${}", 2 * k + 1, 2 * k + 2)
+            }
+        })
+        .collect();
+    format!("({})", rows.join(" UNION ALL "))
+}
+
+/// A derived table `(i, v, r)` of `n` triples, like [`pairs_table`].
+fn triples_table(n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|k| {
+            if k == 0 {
+                "SELECT $1 AS i, $2 AS v, $3 AS r".to_string()
+            } else {
+                format!("SELECT ${}, ${}, ${}", 3 * k + 1, 3 * k + 2, 3 * k + 3)
+            }
+        })
+        .collect();
+    format!("({})", rows.join(" UNION ALL "))
+}
+
+fn in_list(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Rating charges inside a ledger transaction: lock the rows, re-check every charge
+/// against the stored spend, then one UPDATE and one multi-row INSERT.
 async fn charge_ratings(
     store: &Store,
     tx: &mut Tx,
     release_id: i64,
     rec: &ReleaseRecord,
-    chunk: &[RatingChargeRow],
+    part: &[&RatingChargeRow],
 ) -> Result<(), CommitError> {
-    let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
-        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}){}",
-        placeholders.join(", "),
+        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}) ORDER BY user_id, item_id{}",
+        in_list(part.len()),
         store.for_update()
     );
     let mut q = sqlx::query(&sql);
-    for c in chunk {
+    for c in part {
         q = q.bind(c.rating_id);
     }
-    let mut stored: BTreeMap<i64, (f64, f64, f64)> = BTreeMap::new();
+    let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
     for r in q.fetch_all(&mut **tx).await? {
         stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
     }
-    // Re-check every charge of the chunk against the stored state first (the rating's
-    // loss bound, pure spend plus converted Gaussian part, must stay within eps_ij).
-    let mut next = Vec::with_capacity(chunk.len());
-    let mut increments = Vec::with_capacity(chunk.len());
-    for c in chunk {
+    // Re-check every charge against the stored state first (the rating's loss bound,
+    // pure spend plus converted Gaussian part, must stay within eps_ij).
+    let mut next = Vec::with_capacity(part.len());
+    let mut increments = Vec::with_capacity(part.len());
+    for c in part {
         let &(eps, spent, rho) = stored
             .get(&c.rating_id)
             .ok_or(CommitError::RatingMissing(c.rating_id))?;
@@ -311,19 +568,11 @@ async fn charge_ratings(
         });
         next.push((c.rating_id, spent + charge, rho + c.rho));
     }
-    // One UPDATE (CASE over the ids) and one multi-row INSERT per chunk.
-    let mut sql = String::from("UPDATE ratings SET spent = CASE id");
-    for k in 0..next.len() {
-        sql.push_str(&format!(" WHEN ${} THEN ${}", 3 * k + 1, 3 * k + 2));
-    }
-    sql.push_str(" ELSE spent END, rho = CASE id");
-    for k in 0..next.len() {
-        sql.push_str(&format!(" WHEN ${} THEN ${}", 3 * k + 1, 3 * k + 3));
-    }
-    sql.push_str(" ELSE rho END, releases = releases + 1 WHERE id IN (");
-    let ids: Vec<String> = (0..next.len()).map(|k| format!("${}", 3 * k + 1)).collect();
-    sql.push_str(&ids.join(", "));
-    sql.push(')');
+    let sql = format!(
+        "UPDATE ratings SET spent = v.v, rho = v.r, releases = releases + 1 FROM {} AS v \
+         WHERE ratings.id = v.i",
+        triples_table(next.len())
+    );
     let mut q = sqlx::query(&sql);
     for (id, spent, rho) in &next {
         q = q.bind(*id).bind(*spent).bind(*rho);
@@ -335,31 +584,13 @@ async fn charge_ratings(
             next.len()
         ))));
     }
-    let mut sql = String::from(
+    let sql = format!(
         "INSERT INTO rating_charges (release_id, rating_id, user_id, item_id, eps_train, \
-         eps_popularity, eps, unit, neighbour, rho) VALUES ",
+         eps_popularity, eps, unit, neighbour, rho) VALUES {}",
+        value_rows(part.len(), 10)
     );
-    let rows: Vec<String> = (0..chunk.len())
-        .map(|k| {
-            let b = 10 * k;
-            format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                b + 1,
-                b + 2,
-                b + 3,
-                b + 4,
-                b + 5,
-                b + 6,
-                b + 7,
-                b + 8,
-                b + 9,
-                b + 10
-            )
-        })
-        .collect();
-    sql.push_str(&rows.join(", "));
     let mut q = sqlx::query(&sql);
-    for (c, increment) in chunk.iter().zip(&increments) {
+    for (c, increment) in part.iter().zip(&increments) {
         q = q
             .bind(release_id)
             .bind(c.rating_id)
@@ -376,49 +607,115 @@ async fn charge_ratings(
     Ok(())
 }
 
-/// One user's charge inside the release transaction: lock the row, re-check the Renyi
-/// filter with the stored consumed curve, store the composed curve and the charge.
-async fn charge_user(
+/// User charges inside a ledger transaction: lock the rows, re-check each user's Renyi
+/// filter with the stored consumed curve, store the composed curves and the charges.
+async fn charge_users(
     store: &Store,
     tx: &mut Tx,
     release_id: i64,
-    user: &str,
-    events: &[PrivacyEvent],
+    part: &[(&str, usize)],
+    costs: &[UserCost],
 ) -> Result<(), CommitError> {
-    let row = sqlx::query(&format!(
-        "SELECT budget_eps, budget_delta, rdp_consumed FROM users WHERE id = $1{}",
+    let sql = format!(
+        "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE id IN ({}) \
+         ORDER BY id{}",
+        in_list(part.len()),
         store.for_update()
-    ))
-    .bind(user)
-    .fetch_optional(&mut **tx)
-    .await?
-    .ok_or_else(|| CommitError::UserMissing(user.to_owned()))?;
-    let (eps, delta): (f64, f64) = (row.try_get(0)?, row.try_get(1)?);
-    let consumed = parse_curve(&row.try_get::<String, _>(2)?)?;
-    let acc = |e: AccountantError| CommitError::Accounting(user.to_owned(), e);
-    let filter = RenyiFilter::with_default_orders(eps, delta).map_err(acc)?;
-    let cost = user_cost(events).map_err(acc)?;
-    let order = filter
-        .admitting_order(&consumed, &cost)
-        .map_err(acc)?
-        .ok_or_else(|| CommitError::UserRejected(user.to_owned()))?;
-    let next = consumed.compose(&cost).map_err(acc)?;
-    sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
-        .bind(user)
-        .bind(curve_json(&next))
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query(
+    );
+    let mut q = sqlx::query(&sql);
+    for (u, _) in part {
+        q = q.bind(*u);
+    }
+    let mut stored: HashMap<String, (f64, f64, String)> = HashMap::with_capacity(part.len());
+    for r in q.fetch_all(&mut **tx).await? {
+        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+    }
+    let mut next: Vec<(&str, String, f64, usize)> = Vec::with_capacity(part.len());
+    for &(user, k) in part {
+        let (eps, delta, consumed) = stored
+            .get(user)
+            .ok_or_else(|| CommitError::UserMissing(user.to_owned()))?;
+        let consumed = parse_curve(consumed)?;
+        let acc = |e: AccountantError| CommitError::Accounting(user.to_owned(), e);
+        let filter = RenyiFilter::with_default_orders(*eps, *delta).map_err(acc)?;
+        let cost = &costs[k].cost;
+        let order = filter
+            .admitting_order(&consumed, cost)
+            .map_err(acc)?
+            .ok_or_else(|| CommitError::UserRejected(user.to_owned()))?;
+        let composed = consumed.compose(cost).map_err(acc)?;
+        next.push((user, curve_json(&composed), order, k));
+    }
+    let sql = format!(
+        "UPDATE users SET rdp_consumed = v.v FROM {} AS v WHERE users.id = v.i",
+        pairs_table(next.len())
+    );
+    let mut q = sqlx::query(&sql);
+    for (user, curve, _, _) in &next {
+        q = q.bind(*user).bind(curve.as_str());
+    }
+    q.execute(&mut **tx).await?;
+    let sql = format!(
         "INSERT INTO user_charges (release_id, user_id, events, unit, neighbour, \
-         admitted_order) VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(release_id)
-    .bind(user)
-    .bind(serde_json::to_string(events).expect("events serialise"))
-    .bind(PrivacyUnit::User.as_str())
-    .bind(Neighbour::AddRemove.as_str())
-    .bind(order)
-    .execute(&mut **tx)
-    .await?;
+         admitted_order) VALUES {}",
+        value_rows(next.len(), 6)
+    );
+    let mut q = sqlx::query(&sql);
+    for (user, _, order, k) in &next {
+        q = q
+            .bind(release_id)
+            .bind(*user)
+            .bind(costs[*k].events_json.as_str())
+            .bind(PrivacyUnit::User.as_str())
+            .bind(Neighbour::AddRemove.as_str())
+            .bind(*order);
+    }
+    q.execute(&mut **tx).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covered(chunks: &[Chunk], users: usize, ratings: usize) {
+        let mut u = 0;
+        let mut r = 0;
+        for c in chunks {
+            assert_eq!(c.users.start, u, "{chunks:?}");
+            assert_eq!(c.ratings.start.min(r), r, "{chunks:?}");
+            if !c.ratings.is_empty() {
+                assert_eq!(c.ratings.start, r, "{chunks:?}");
+            }
+            u = c.users.end;
+            r = r.max(c.ratings.end);
+        }
+        assert_eq!((u, r), (users, ratings), "{chunks:?}");
+    }
+
+    #[test]
+    fn chunks_cover_everything_once_within_the_budget() {
+        for (users, ratings, rows) in [
+            (0, 0, 10),
+            (3, 16, 5),
+            (0, 10, 3),
+            (943, 100_000, DEFAULT_COMMIT_ROWS),
+            (5, 0, 1),
+            (2, 2, 1000),
+        ] {
+            let chunks = plan_chunks(users, ratings, rows);
+            covered(&chunks, users, ratings);
+            for c in &chunks {
+                let w = c.users.len() * USER_WEIGHT + c.ratings.len();
+                assert!(
+                    w <= rows.max(USER_WEIGHT) && w > 0 || users + ratings == 0,
+                    "{users} {ratings} {rows}: {chunks:?}"
+                );
+            }
+        }
+        // A small release is one transaction (atomic as before).
+        assert_eq!(plan_chunks(2, 2, 1000).len(), 1);
+        assert_eq!(plan_chunks(0, 0, 10).len(), 1);
+        assert_eq!(plan_chunks(3, 16, 5).len(), 3 + 4);
+    }
 }

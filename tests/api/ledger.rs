@@ -5,15 +5,20 @@
 //! - a trainer crash or a failure between training and commit (or inside the commit)
 //!   leaves no charges without a release and no model without charges;
 //! - two trainers at once (two service instances on one database) never overspend;
-//! - exhausted ratings and users are excluded and fall back; the audit says why.
+//! - exhausted ratings and users are excluded and fall back; the audit says why;
+//! - a release committed in many short ledger transactions: a crash between two leaves
+//!   nothing served and a conservative ledger, and ingestion is not held up by it.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use dprec::accountant::{PrivacyEvent, RenyiFilter};
 use dprec::release::Hooks;
 use dprec::store::Store;
-use dprec::store::{commit_release as commit, CommitError, RatingChargeRow, ReleaseRecord};
+use dprec::store::{
+    commit_release as commit, CommitError, CommitPoint, RatingChargeRow, ReleaseRecord,
+};
 use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
 use sqlx::Row;
@@ -256,7 +261,7 @@ async fn crashes_leave_nothing_behind(url: &str) {
                 Ok(())
             }
         })),
-        inside_commit: Some(Arc::new(move || {
+        inside_commit: Some(Arc::new(move |_| {
             if fi.load(Ordering::SeqCst) {
                 Err("simulated crash inside the commit".into())
             } else {
@@ -346,24 +351,22 @@ async fn two_instances_never_overspend(url: &str) {
 }
 both_backends!(two_instances_never_overspend);
 
-/// The commit re-checks the stored state: two releases planned from the same snapshot
-/// (as two trainers without a lease would), committed concurrently, cannot both spend
-/// a rating's last budget; the loser is aborted whole.
-async fn commit_rechecks_stored_state(url: &str) {
-    let (t, _) = FakeDp::gaussian(30.0);
-    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
-    app.ingest(&[("u1", "i1", 4.0, Some(1.0)), ("u1", "i2", 3.0, Some(1.0))])
-        .await;
-    let snap = app.store.snapshot().await.unwrap();
-    let record = |eps: f64| ReleaseRecord {
+/// A release record made by hand from a snapshot: every rating charged `eps`, the users
+/// charged `users`, an empty model.
+fn manual_record(
+    snap: &dprec::store::Snapshot,
+    eps: f64,
+    users: std::collections::BTreeMap<String, Vec<PrivacyEvent>>,
+) -> ReleaseRecord {
+    ReleaseRecord {
         trainer: "manual".into(),
         params: json!({}),
         guarantee: Guarantee::Proven,
         mechanisms: json!([]),
         popularity_eps: 0.0,
-        n_ratings: 2,
-        n_users: 1,
-        n_items: 2,
+        n_ratings: snap.ratings.len() as i64,
+        n_users: snap.users.len() as i64,
+        n_items: snap.items.len() as i64,
         job_id: None,
         rating_unit: PrivacyUnit::Rating,
         rating_neighbour: Neighbour::AddRemove,
@@ -379,15 +382,29 @@ async fn commit_rechecks_stored_state(url: &str) {
                 rho: 0.0,
             })
             .collect(),
-        user_charges: [(
-            "u1".to_string(),
-            vec![PrivacyEvent::pure_dp(eps, 2).unwrap()],
-        )]
-        .into(),
+        user_charges: users,
         model_json: "{}".into(),
         users_json: "[]".into(),
         items_json: "[]".into(),
         popularity_json: "{}".into(),
+    }
+}
+
+/// The commit re-checks the stored state: two releases planned from the same snapshot
+/// (as two trainers without a lease would), committed concurrently, cannot both spend
+/// a rating's last budget; the loser is aborted whole.
+async fn commit_rechecks_stored_state(url: &str) {
+    let (t, _) = FakeDp::gaussian(30.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    app.ingest(&[("u1", "i1", 4.0, Some(1.0)), ("u1", "i2", 3.0, Some(1.0))])
+        .await;
+    let snap = app.store.snapshot().await.unwrap();
+    let record = |eps: f64| {
+        let users = [(
+            "u1".to_string(),
+            vec![PrivacyEvent::pure_dp(eps, 2).unwrap()],
+        )];
+        manual_record(&snap, eps, users.into())
     };
     let (r1, r2) = (record(0.6), record(0.6));
     let (x, y) = tokio::join!(commit(&app.store, &r1, None), commit(&app.store, &r2, None));
@@ -411,6 +428,198 @@ async fn commit_rechecks_stored_state(url: &str) {
     app.stop().await;
 }
 both_backends!(commit_rechecks_stored_state);
+
+/// A release whose commit is split into many short ledger transactions (issue 12: the
+/// SQLite write lock is held for one chunk at a time) and fails in the middle, as a crash
+/// between two chunks would: the release is not served or listed, every rating's spend
+/// still equals its charges and stays within eps_ij (the committed chunks are an
+/// over-charge), and a restarted instance serves the old model and releases again.
+async fn crash_between_commit_chunks(url: &str) {
+    let (t, _) = FakeDp::gaussian(20.0);
+    let fail_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let chunks_seen = Arc::new(AtomicUsize::new(0));
+    let (fa, seen) = (fail_at.clone(), chunks_seen.clone());
+    let hooks = Hooks {
+        seed: None,
+        before_commit: None,
+        inside_commit: Some(Arc::new(move |p: CommitPoint| {
+            seen.store(p.chunks, Ordering::SeqCst);
+            if p.chunk == fa.load(Ordering::SeqCst) {
+                Err(format!("simulated crash in ledger transaction {}", p.chunk))
+            } else {
+                Ok(())
+            }
+        })),
+    };
+    let app = TestApp::spawn(settings(url), t, hooks).await;
+    app.store.set_commit_rows(5);
+    ingest_grid(&app, 4, 6, 1.0).await;
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let first = job.release_id.unwrap();
+    // 4 users (one per transaction at weight 8) and 16 ratings (5 per transaction).
+    let chunks = chunks_seen.load(Ordering::SeqCst);
+    assert_eq!(chunks, 4 + 4);
+    assert_ledger_invariants(&app.store).await;
+    let before = app.store.counts().await.unwrap();
+    let spent_before = spent_by_rating(&app.store).await;
+
+    // Fail in the last transaction before the publishing one: all users and 10 of the
+    // 16 ratings are charged and committed, nothing is published.
+    fail_at.store(chunks - 2, Ordering::SeqCst);
+    let job = app.retrain().await;
+    assert_eq!(job.status, "failed", "{job:?}");
+    let reason = job.reason.unwrap();
+    assert!(reason.contains("not published"), "{reason}");
+    let after = app.store.counts().await.unwrap();
+    assert_eq!(after.models, before.models);
+    assert_eq!(after.releases, before.releases + 1);
+    assert_eq!(after.user_charges, before.user_charges + 4);
+    assert_eq!(after.rating_charges, before.rating_charges + 10);
+    assert_eq!(app.app_registry.current().unwrap().release_id, first);
+    let listed = app.models("").await;
+    assert_eq!(listed.releases.len() as i64, before.models, "{listed:?}");
+    assert_eq!(app.current_model().await.release.id, first);
+    // Conservative: spend only grew, by exactly the committed charges, within eps_ij.
+    let spent_after = spent_by_rating(&app.store).await;
+    let grew = spent_before
+        .iter()
+        .zip(&spent_after)
+        .filter(|(a, b)| b.1 > a.1)
+        .count();
+    assert_eq!(grew, 10);
+    assert!(spent_before
+        .iter()
+        .zip(&spent_after)
+        .all(|(a, b)| b.1 >= a.1));
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+
+    // Restart (a new instance on the same database): the old model is served, and the
+    // next release commits and publishes.
+    let (t, _) = FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    assert_eq!(app.app_registry.current().unwrap().release_id, first);
+    app.store.set_commit_rows(5);
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    assert_eq!(
+        app.current_model().await.release.id,
+        job.release_id.unwrap()
+    );
+    assert_eq!(
+        app.models("").await.releases.len() as i64,
+        before.models + 1
+    );
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(crash_between_commit_chunks);
+
+async fn spent_by_rating(store: &Store) -> Vec<(i64, f64)> {
+    sqlx::query("SELECT id, spent FROM ratings ORDER BY id")
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Ingestion during a release commit waits for one ledger transaction, not the whole
+/// commit (issue 12, SQLite). Each transaction of the commit is held 150 ms by the hook;
+/// a batch sent during the commit is acknowledged while the commit still has
+/// transactions to go. Before chunking (one transaction for the whole commit, the hook
+/// once inside it) the batch was acknowledged only after the commit.
+async fn ingestion_is_not_held_up_by_a_commit(url: &str) {
+    let (t, _) = FakeDp::gaussian(20.0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, a) = (calls.clone(), armed.clone());
+    let hooks = Hooks {
+        seed: None,
+        before_commit: None,
+        inside_commit: Some(Arc::new(move |_: CommitPoint| {
+            if a.load(Ordering::SeqCst) {
+                c.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            Ok(())
+        })),
+    };
+    let app = TestApp::spawn(settings(url), t, hooks).await;
+    app.store.set_commit_rows(4);
+    ingest_grid(&app, 4, 6, 1.0).await;
+    armed.store(true, Ordering::SeqCst);
+    let (st, job) = app.post("/v1/admin/retrain", ADMIN, &json!({})).await;
+    assert_eq!(st, 202, "{job}");
+    // 4 user transactions and 4 rating transactions: about 1.2 s of commit.
+    let entered = tokio::time::timeout(Duration::from_secs(20), async {
+        while calls.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(entered.is_ok(), "the commit did not start");
+    app.ingest(&[("u9", "i1", 4.0, Some(1.0)), ("u2", "i0", 5.0, None)])
+        .await;
+    let done_when_acknowledged = calls.load(Ordering::SeqCst);
+    let job = app.wait_job(job["id"].as_i64().unwrap()).await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let total = calls.load(Ordering::SeqCst);
+    assert_eq!(total, 8);
+    assert!(
+        done_when_acknowledged < total,
+        "the batch waited for the whole commit ({done_when_acknowledged} of {total})"
+    );
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(ingestion_is_not_held_up_by_a_commit);
+
+/// Two releases planned from the same snapshot and committed concurrently in many small
+/// transactions (as two trainers without a lease would): transactions of the two
+/// interleave, but each re-checks its rows under the lock, so no rating is overspent
+/// and exactly one release is published; the other is aborted (with at most its
+/// committed chunks charged).
+async fn chunked_commits_never_overspend(url: &str) {
+    let (t, _) = FakeDp::gaussian(30.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    ingest_grid(&app, 3, 6, 1.0).await;
+    app.store.set_commit_rows(3);
+    let snap = app.store.snapshot().await.unwrap();
+    let users = snap
+        .users
+        .keys()
+        .map(|u| (u.clone(), vec![PrivacyEvent::pure_dp(0.1, 1).unwrap()]))
+        .collect();
+    let record = manual_record(&snap, 0.6, users);
+    for _ in 0..3 {
+        let (x, y) = tokio::join!(
+            commit(&app.store, &record, None),
+            commit(&app.store, &record, None)
+        );
+        assert_ledger_invariants(&app.store).await;
+        let ok = [&x, &y].iter().filter(|r| r.is_ok()).count();
+        assert!(ok <= 1, "{x:?} {y:?}");
+        for r in [x, y] {
+            match r {
+                Ok(_) => {}
+                Err(CommitError::Aborted { source, .. }) => {
+                    assert!(
+                        matches!(*source, CommitError::RatingOverspend { .. }),
+                        "{source}"
+                    )
+                }
+                Err(e) => assert!(matches!(e, CommitError::RatingOverspend { .. }), "{e}"),
+            }
+        }
+    }
+    let c = app.store.counts().await.unwrap();
+    assert_eq!(c.models, 1, "{c:?}");
+    app.stop().await;
+}
+both_backends!(chunked_commits_never_overspend);
 
 /// A non-private trainer (explicit flag) is recorded as a "non-private" release without
 /// charges.
@@ -465,7 +674,19 @@ async fn large_release(url: &str) {
     }
     let ingest = started.elapsed();
     let started = std::time::Instant::now();
-    let job = app.retrain().await;
+    // The commit logs its ledger transactions (count, total, longest) at info level.
+    let _ = env_logger::builder()
+        .is_test(true)
+        .filter_module("dprec::store", log::LevelFilter::Info)
+        .try_init();
+    let (st, job) = app.post("/v1/admin/retrain", ADMIN, &json!({})).await;
+    assert_eq!(st, 202, "{job}");
+    let id = job["id"].as_i64().unwrap();
+    let mut job = app.job(id).await;
+    while job.status == "running" {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        job = app.job(id).await;
+    }
     assert_eq!(job.status, "succeeded", "{job:?}");
     eprintln!(
         "large_release [{}]: {} ratings ingested in {:.1} s, release in {:.1} s",
