@@ -222,9 +222,13 @@ impl Default for TrainerSettings {
 impl Default for BudgetSettings {
     fn default() -> Self {
         Self {
-            default_rating_eps: 1.0,
-            max_rating_eps: 10.0,
-            share: SharePolicy::Fraction(0.25),
+            // With the served default (dp-topn, 52 planned releases) a rating's full
+            // part in every release costs eps ~10.6 at delta_r (its Gaussian part in
+            // zCDP, docs/LEDGER.md): 12 lets every rating take part for the whole plan,
+            // and a tenth of it per release covers the largest (first) step, ~1.17.
+            default_rating_eps: 12.0,
+            max_rating_eps: 100.0,
+            share: SharePolicy::Fraction(0.1),
             min_release_eps: 0.001,
             default_user_eps: 10.0,
             default_user_delta: 1e-6,
@@ -349,6 +353,11 @@ impl Settings {
                 bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
             }
         }
+        self.validate_keys()
+    }
+
+    /// Keys: long enough, no user token in the file, no key with two roles.
+    fn validate_keys(&self) -> anyhow::Result<()> {
         let mut roles: BTreeMap<&str, (usize, Role)> = BTreeMap::new();
         for (n, k) in self.auth.keys.iter().enumerate() {
             if k.key.len() < 16 {

@@ -339,6 +339,110 @@ fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
+/// The audit's rating rows: status from the rating's loss bound and `min_release_eps`.
+fn rating_views(rows: Vec<crate::store::RatingAuditRow>, min: f64) -> Vec<RatingBudgetView> {
+    rows.into_iter()
+        .map(|r| RatingBudgetView {
+            status: if r.deleted {
+                "deleted"
+            } else if r.eps - r.spent < min {
+                "exhausted"
+            } else {
+                "active"
+            }
+            .into(),
+            remaining: (r.eps - r.spent).max(0.0),
+            item: r.item,
+            eps: r.eps,
+            spent: r.spent,
+            releases: r.releases,
+            origin: r.origin,
+        })
+        .collect()
+}
+
+/// The audit's release rows, with the public form of each release's mechanisms.
+fn release_views(
+    rel: Vec<crate::store::UserReleaseCharge>,
+) -> Result<Vec<ReleaseChargeView>, ApiError> {
+    rel.into_iter()
+        .map(|c| {
+            Ok(ReleaseChargeView {
+                release_id: c.release.id,
+                trainer: c.release.trainer,
+                guarantee: c.release.guarantee,
+                created_at: c.release.created_at,
+                mechanisms: public_mechanisms(&c.release.mechanisms)?,
+                params: public_params(c.release.params),
+                events: c.events,
+                admitted_order: c.admitted_order,
+                ratings_charged: c.ratings_charged,
+                rating_eps_total: c.rating_eps_total,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()
+}
+
+/// Why a user's recommendations may not be personal, if they may not be.
+fn audit_note(
+    u: &crate::store::UserRow,
+    exhausted: bool,
+    served: Option<&crate::serve::Published>,
+) -> Option<String> {
+    if u.deleted {
+        Some("user deleted: no data is used; recommendations use the DP popularity".into())
+    } else if exhausted {
+        Some("the user's RDP budget is used up: the user takes no part in new releases".into())
+    } else {
+        match served {
+            // A ranker scores from the user's own current ratings: no profile needed.
+            Some(p) if p.has_ranker() => None,
+            Some(p) if !p.has_profile(&u.id) => Some(
+                "no DP profile in the served release (new user, no rating with budget left, \
+                 or the filter did not admit the release): recommendations use the DP popularity"
+                    .into(),
+            ),
+            None => Some("no release published yet".into()),
+            _ => None,
+        }
+    }
+}
+
+/// The user-level spend of a consumed curve: its (eps, delta) conversion, the filter's
+/// eps, whether the filter is full, and the curve at a few orders.
+fn consumed_summary(
+    filter: &RenyiFilter,
+    consumed: &crate::accountant::RdpCurve,
+) -> Result<
+    (
+        crate::accountant::PrivacyGuarantee,
+        f64,
+        bool,
+        Vec<RdpPoint>,
+    ),
+    ApiError,
+> {
+    let spent = filter
+        .spent(consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let filter_eps = filter
+        .filter_eps(consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let remaining = filter
+        .remaining(consumed)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let exhausted = remaining.iter().all(|&r| r <= 0.0);
+    let curve = consumed
+        .points()
+        .filter(|(a, _)| [1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0].contains(a))
+        .map(|(order, rdp)| RdpPoint {
+            order,
+            rdp: finite(rdp),
+        })
+        .collect();
+    Ok((spent, filter_eps, exhausted, curve))
+}
+
 /// Budget audit of a user: budget, spent, remaining, per-rating slots and releases.
 /// `limit`/`offset` page both lists. The per-rating list names the items the user rated,
 /// so only that user's token and service keys reach it.
@@ -364,46 +468,10 @@ pub async fn audit(
     };
     let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let spent = filter
-        .spent(&u.consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let filter_eps = filter
-        .filter_eps(&u.consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let remaining = filter
-        .remaining(&u.consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let exhausted = remaining.iter().all(|&r| r <= 0.0);
-    let curve = u
-        .consumed
-        .points()
-        .filter(|(a, _)| [1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0].contains(a))
-        .map(|(order, rdp)| RdpPoint {
-            order,
-            rdp: finite(rdp),
-        })
-        .collect();
+    let (spent, filter_eps, exhausted, curve) = consumed_summary(&filter, &u.consumed)?;
     let min = state.settings.budget.min_release_eps;
     let (total, rows) = state.store.audit_ratings(&u.id, limit, offset).await?;
-    let entries = rows
-        .into_iter()
-        .map(|r| RatingBudgetView {
-            status: if r.deleted {
-                "deleted"
-            } else if r.eps - r.spent < min {
-                "exhausted"
-            } else {
-                "active"
-            }
-            .into(),
-            remaining: (r.eps - r.spent).max(0.0),
-            item: r.item,
-            eps: r.eps,
-            spent: r.spent,
-            releases: r.releases,
-            origin: r.origin,
-        })
-        .collect();
+    let entries = rating_views(rows, min);
     let (rtotal, rel) = state.store.audit_releases(&u.id, limit, offset).await?;
     // Releases left at the per-release cost of the user's newest release.
     let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
@@ -412,23 +480,7 @@ pub async fn audit(
         .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok())
         .and_then(|events| compose_events(&events, filter.orders()).ok())
         .and_then(|cost| releases_left(&filter, &u.consumed, &cost).ok());
-    let releases = rel
-        .into_iter()
-        .map(|c| {
-            Ok(ReleaseChargeView {
-                release_id: c.release.id,
-                trainer: c.release.trainer,
-                guarantee: c.release.guarantee,
-                created_at: c.release.created_at,
-                mechanisms: public_mechanisms(&c.release.mechanisms)?,
-                params: public_params(c.release.params),
-                events: c.events,
-                admitted_order: c.admitted_order,
-                ratings_charged: c.ratings_charged,
-                rating_eps_total: c.rating_eps_total,
-            })
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
+    let releases = release_views(rel)?;
     let local_reports = state
         .store
         .ldp_reports_of(&u.id)
@@ -442,22 +494,7 @@ pub async fn audit(
             received_at: at,
         })
         .collect();
-    let served = state.registry.current();
-    let note = if u.deleted {
-        Some("user deleted: no data is used; recommendations use the DP popularity".into())
-    } else if exhausted {
-        Some("the user's RDP budget is used up: the user takes no part in new releases".into())
-    } else {
-        match &served {
-            Some(p) if !p.has_profile(&u.id) => Some(
-                "no DP profile in the served release (new user, no rating with budget left, \
-                 or the filter did not admit the release): recommendations use the DP popularity"
-                    .into(),
-            ),
-            None => Some("no release published yet".into()),
-            _ => None,
-        }
-    };
+    let note = audit_note(&u, exhausted, state.registry.current().as_deref());
     Ok(HttpResponse::Ok().json(Audit {
         user: u.id,
         deleted: u.deleted,

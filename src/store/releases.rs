@@ -316,16 +316,12 @@ struct UserCost {
     cost: RdpCurve,
 }
 
-/// Records `rec` (see the comment above): returns the release id once its model is
-/// stored, i.e. published.
-pub async fn commit_release(
-    store: &Store,
-    rec: &ReleaseRecord,
-    hook: Option<&InsideTxHook>,
-) -> Result<i64, CommitError> {
-    let started = Instant::now();
-    // Outside any lock: the curve and JSON of each distinct charge (usually one for all
-    // users), computed once.
+/// Each charged user with the index of its [`UserCost`].
+type UserCostIndex<'a> = Vec<(&'a str, usize)>;
+
+/// Outside any lock: the curve and JSON of each distinct user charge (usually one for all
+/// users), computed once; each user with the index of its charge.
+fn user_costs(rec: &ReleaseRecord) -> Result<(Vec<UserCost>, UserCostIndex<'_>), CommitError> {
     let mut costs: Vec<UserCost> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut users: Vec<(&str, usize)> = Vec::with_capacity(rec.user_charges.len());
@@ -346,6 +342,18 @@ pub async fn commit_release(
         };
         users.push((user.as_str(), k));
     }
+    Ok((costs, users))
+}
+
+/// Records `rec` (see the comment above): returns the release id once its model is
+/// stored, i.e. published.
+pub async fn commit_release(
+    store: &Store,
+    rec: &ReleaseRecord,
+    hook: Option<&InsideTxHook>,
+) -> Result<i64, CommitError> {
+    let started = Instant::now();
+    let (costs, users) = user_costs(rec)?;
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
     // batches are sorted), so a ledger transaction and an ingestion batch never wait for
     // each other in a cycle on PostgreSQL (deadlock_detected). Users are locked by id.

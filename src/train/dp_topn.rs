@@ -352,6 +352,68 @@ pub fn add_symmetric_noise(
     Ok(())
 }
 
+/// A release's charges: its two mechanism records, the rating-level charges of the
+/// sample (pure eps of RSM-sampled ratings, Gaussian rho of full participants) and the
+/// planned user-level event for every user with an offered rating.
+fn release_charges(
+    sample: &Sample,
+    params: serde_json::Value,
+    user_event: &PrivacyEvent,
+    with_gram: bool,
+) -> ReleaseCharges {
+    ReleaseCharges {
+        mechanisms: vec![
+            MechanismRecord {
+                name: if with_gram {
+                    "dp-topn-counts+gram"
+                } else {
+                    "dp-topn-counts"
+                }
+                .into(),
+                params: params.clone(),
+                unit: PrivacyUnit::User,
+                neighbour: Neighbour::AddRemove,
+            },
+            MechanismRecord {
+                name: "dp-topn-rsm".into(),
+                params,
+                unit: PrivacyUnit::Rating,
+                neighbour: Neighbour::AddRemove,
+            },
+        ],
+        ratings: sample
+            .charges
+            .iter()
+            .enumerate()
+            .filter(|(_, &e)| e > 0.0)
+            .map(|(position, &eps)| RatingCharge {
+                position: position as u32,
+                eps,
+            })
+            .collect(),
+        users: sample
+            .offered_users
+            .iter()
+            .enumerate()
+            .filter(|(_, &o)| o)
+            .map(|(u, _)| UserCharge {
+                user: u as u32,
+                event: user_event.clone(),
+            })
+            .collect(),
+        rating_rho: sample
+            .rho
+            .iter()
+            .enumerate()
+            .filter(|(_, &r)| r > 0.0)
+            .map(|(position, &rho)| RatingRho {
+                position: position as u32,
+                rho,
+            })
+            .collect(),
+    }
+}
+
 /// How the released Gram becomes item scores (post-processing).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 #[serde(rename_all = "kebab-case", tag = "solver")]
@@ -559,57 +621,7 @@ impl DpTopN {
             "sigma_gram": sigma_gram, "k": self.k, "threshold_sd": self.threshold,
             "rating_multiplier": z_r, "delta_r": self.delta_r,
         });
-        let charges = ReleaseCharges {
-            mechanisms: vec![
-                MechanismRecord {
-                    name: if with_gram {
-                        "dp-topn-counts+gram"
-                    } else {
-                        "dp-topn-counts"
-                    }
-                    .into(),
-                    params: params.clone(),
-                    unit: PrivacyUnit::User,
-                    neighbour: Neighbour::AddRemove,
-                },
-                MechanismRecord {
-                    name: "dp-topn-rsm".into(),
-                    params,
-                    unit: PrivacyUnit::Rating,
-                    neighbour: Neighbour::AddRemove,
-                },
-            ],
-            ratings: sample
-                .charges
-                .iter()
-                .enumerate()
-                .filter(|(_, &e)| e > 0.0)
-                .map(|(position, &eps)| RatingCharge {
-                    position: position as u32,
-                    eps,
-                })
-                .collect(),
-            users: sample
-                .offered_users
-                .iter()
-                .enumerate()
-                .filter(|(_, &o)| o)
-                .map(|(u, _)| UserCharge {
-                    user: u as u32,
-                    event: user_event.clone(),
-                })
-                .collect(),
-            rating_rho: sample
-                .rho
-                .iter()
-                .enumerate()
-                .filter(|(_, &r)| r > 0.0)
-                .map(|(position, &rho)| RatingRho {
-                    position: position as u32,
-                    rho,
-                })
-                .collect(),
-        };
+        let charges = release_charges(&sample, params, &user_event, with_gram);
         Ok(GramRelease {
             noisy_counts: noisy,
             candidates,

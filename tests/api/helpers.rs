@@ -172,6 +172,9 @@ pub fn settings(url: &str) -> Settings {
         },
     ];
     s.scheduler.enabled = false;
+    // The ledger tests were written for small eps_ij (exhaustion within a few releases).
+    s.budget.default_rating_eps = 1.0;
+    s.budget.max_rating_eps = 10.0;
     s.budget.share = dprec::ledger::SharePolicy::Fraction(0.4);
     s.budget.popularity_eps = 0.01;
     s

@@ -56,6 +56,7 @@ fn served_settings(url: &str) -> dprec::config::Settings {
     // A short lifetime plan keeps the noise small enough for 200 users to give signal.
     s.budget.planned_releases = 4;
     s.budget.default_user_eps = 20.0;
+    s.budget.max_user_eps = 20.0;
     s.budget.share = "fraction:1".parse().unwrap();
     s.trainer.params = BTreeMap::from([
         ("releases".to_string(), "4".to_string()),
