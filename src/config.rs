@@ -223,9 +223,9 @@ impl Default for BudgetSettings {
     fn default() -> Self {
         Self {
             // With the served default (dp-topn, 52 planned releases) a rating's full
-            // part in every release costs eps ~10.6 at delta_r (its Gaussian part in
+            // part in every release costs eps ~10.7 at delta_r (its Gaussian part in
             // zCDP, docs/LEDGER.md): 12 lets every rating take part for the whole plan,
-            // and a tenth of it per release covers the largest (first) step, ~1.17.
+            // and a tenth of it per release covers the largest (first) step, ~1.18.
             default_rating_eps: 12.0,
             max_rating_eps: 100.0,
             share: SharePolicy::Fraction(0.1),

@@ -459,11 +459,11 @@ impl Default for DpTopN {
             count_share: 0.2,
             contribution: Contribution {
                 cap: 256,
-                count_clip: 8.0,
+                count_clip: 4.0,
                 gram_clip: 1.0,
             },
             k: 200,
-            threshold: 3.0,
+            threshold: 2.0,
             solver: Solver::Svd { d: 6 },
             pop_weight: 0.0,
             delta_r: 1e-6,
@@ -522,9 +522,14 @@ impl DpTopN {
             pop_weight: p.non_negative("pop_weight", d.pop_weight)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
-            noise_factor: 1.0,
+            // The service sets it through `scaled`; as a parameter it lets `eval` repeat a
+            // service release (its params show the factor).
+            noise_factor: p.positive("noise_factor", 1.0)?,
         };
         p.reject_unknown("dp-topn")?;
+        if t.noise_factor < 1.0 {
+            return Err(invalid("noise_factor", "must be >= 1 (it only adds noise)"));
+        }
         if t.count_share.is_nan() || t.count_share >= 1.0 {
             return Err(invalid("count_share", "must be in (0, 1)"));
         }
