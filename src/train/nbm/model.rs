@@ -72,7 +72,7 @@ impl TryFrom<NbmModelParts> for NbmModel {
                 p.sim.len()
             ));
         }
-        if !(p.c_norm > 0.0) {
+        if p.c_norm.is_nan() || p.c_norm <= 0.0 {
             return Err(format!("nbm c_norm must be positive, got {}", p.c_norm));
         }
         let mut anchor_of = vec![NO_ANCHOR; n];
