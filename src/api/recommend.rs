@@ -23,8 +23,46 @@ pub struct RecommendQuery {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ScoredItem {
     pub item: String,
-    /// Published score (theta_u . v_j + biases), or the DP popularity count in fallback.
+    /// The served model's score: a factor model's `theta_u . v_j` + biases, a top-N
+    /// model's ranking score, a neighbourhood model's predicted rating (unclamped); the
+    /// DP popularity count in fallback. For similar items: see `SimilarItems.items`.
     pub score: f64,
+    /// Neighbourhood models only (`dpsgd-nbm`, `dpps-nbm`, `nbm`), on personal lists: the
+    /// asking user's own rated items that contributed most to this item's score (at most
+    /// 3, the largest |contribution| first; items with a zero term are left out). Built
+    /// from the published DP weights and the user's own current ratings only. Absent for
+    /// other models, in fallback and on similar items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanations: Option<Vec<Explanation>>,
+}
+
+/// One of the asking user's own rated items and its term in a recommended item's score.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"item": "i3", "rating": 5.0, "contribution": 0.41}))]
+pub struct Explanation {
+    /// An item the asking user rated.
+    pub item: String,
+    /// The user's current rating of it.
+    pub rating: f64,
+    /// Its term in the score, on the rating scale: `s_ij (r_uj - mu - b_j) /
+    /// max(c_norm, sum_j |s_ij|)` (positive: it raised the score).
+    pub contribution: f64,
+}
+
+fn scored(s: crate::serve::Scored) -> ScoredItem {
+    ScoredItem {
+        item: s.item,
+        score: s.score,
+        explanations: s.explanations.map(|e| {
+            e.into_iter()
+                .map(|x| Explanation {
+                    item: x.item,
+                    rating: x.rating,
+                    contribution: x.contribution,
+                })
+                .collect()
+        }),
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -65,7 +103,8 @@ async fn user_facts(
     Ok(facts)
 }
 
-/// Top-N items for a user from the published DP profiles, with the DP-popularity fallback.
+/// Top-N items for a user from the published DP model and the user's own ratings, with the
+/// DP-popularity fallback; neighbourhood models explain each personal item.
 #[utoipa::path(get, path = "/v1/users/{user}/recommendations", tag = "recommendations",
     params(("user" = String, Path), RecommendQuery),
     responses((status = 200, body = Recommendations),
@@ -111,14 +150,7 @@ pub async fn recommendations(
             "profile"
         }
         .into(),
-        items: top
-            .items
-            .into_iter()
-            .map(|s| ScoredItem {
-                item: s.item,
-                score: s.score,
-            })
-            .collect(),
+        items: top.items.into_iter().map(scored).collect(),
     }))
 }
 
@@ -133,11 +165,15 @@ pub struct SimilarQuery {
 pub struct SimilarItems {
     pub item: String,
     pub model_version: i64,
-    /// Cosine similarity of the DP item profiles; empty when the model has none (rank 0).
+    /// Best first. With a neighbourhood model served (`dpsgd-nbm`, `dpps-nbm`, `nbm`) the
+    /// score is its published DP weight `s_ij` (how strongly a rating of the listed item
+    /// moves the prediction of this item; anchor items only, may be negative); otherwise
+    /// the cosine similarity of the DP item profiles, empty when the model has none (rank 0).
     pub items: Vec<ScoredItem>,
 }
 
-/// Items similar to an item by cosine similarity of the published DP item profiles.
+/// Items similar to an item: by a neighbourhood model's DP item-item weights when one is
+/// served, else by cosine similarity of the published DP item profiles.
 #[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations", operation_id = "similar_items",
     params(("item" = String, Path), SimilarQuery),
     responses((status = 200, body = SimilarItems),
@@ -164,12 +200,6 @@ pub async fn similar(
     Ok(HttpResponse::Ok().json(SimilarItems {
         item: item.into_string(),
         model_version: model.release_id,
-        items: items
-            .into_iter()
-            .map(|s| ScoredItem {
-                item: s.item,
-                score: s.score,
-            })
-            .collect(),
+        items: items.into_iter().map(scored).collect(),
     }))
 }

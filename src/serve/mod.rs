@@ -43,6 +43,9 @@ pub struct Published {
     /// Scores a user's list from the user's own ratings (joint DP) when the trainer
     /// published a ranker; `None`: the factor model's user rows answer.
     ranker: Option<Arc<dyn Ranker>>,
+    /// Whether the ranker publishes its own DP counts (its non-personal lists are its
+    /// popularity); otherwise the release's DP popularity answers them.
+    ranker_popularity: bool,
 }
 
 /// One top-N request.
@@ -82,6 +85,18 @@ pub struct Popularity {
 pub struct Scored {
     pub item: String,
     pub score: f64,
+    /// The user's own rated items that moved this score most ([`Ranker::explain`]);
+    /// `None` when the served model does not explain.
+    pub explanations: Option<Vec<Explanation>>,
+}
+
+/// One of the asking user's own rated items and its term in a recommended item's score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    pub item: String,
+    /// The user's current rating of it.
+    pub rating: f64,
+    pub contribution: f64,
 }
 
 /// The answer of [`Published::top_n`].
@@ -139,6 +154,7 @@ impl Published {
             popularity,
             by_popularity,
             ranker: None,
+            ranker_popularity: false,
         })
     }
 
@@ -152,6 +168,9 @@ impl Published {
                 self.items.len()
             );
         }
+        self.ranker_popularity = ranker
+            .as_ref()
+            .is_some_and(|r| r.popularity_counts().is_some());
         self.ranker = ranker;
         Ok(self)
     }
@@ -246,30 +265,39 @@ impl Published {
                         .map(|(j, s)| Scored {
                             item: self.items[j].clone(),
                             score: s,
+                            explanations: None,
                         })
                         .collect(),
                     fallback: false,
                 }
             }
-            None => TopN {
-                items: self
-                    .by_popularity
-                    .iter()
-                    .filter(|j| keep(j))
-                    .skip(offset)
-                    .take(n)
-                    .map(|&j| Scored {
-                        item: self.items[j].clone(),
-                        score: self.popularity[j] as f64,
-                    })
-                    .collect(),
-                fallback: true,
-            },
+            None => self.popular(q),
+        }
+    }
+
+    /// The release's DP popularity order (the fallback list).
+    fn popular(&self, q: &TopNQuery<'_>) -> TopN {
+        TopN {
+            items: self
+                .by_popularity
+                .iter()
+                .filter(|&&j| !q.exclude.contains(&self.items[j]))
+                .skip(q.offset)
+                .take(q.n)
+                .map(|&j| Scored {
+                    item: self.items[j].clone(),
+                    score: self.popularity[j] as f64,
+                    explanations: None,
+                })
+                .collect(),
+            fallback: true,
         }
     }
 
     /// A ranker's list: the user's rated items in this release's indices score the
-    /// candidates; the ranker's popularity answers when they give it nothing.
+    /// candidates; when they give it nothing, the ranker's own DP popularity answers, or
+    /// the release's DP popularity for a ranker without counts (a neighbourhood model).
+    /// A personal item carries the ranker's explanation (the user's own items only).
     fn ranked(&self, r: &dyn Ranker, q: &TopNQuery<'_>) -> TopN {
         let own: Vec<(usize, f64)> = if q.force_fallback {
             Vec::new()
@@ -279,6 +307,10 @@ impl Published {
                 .filter_map(|(i, v)| self.item_index(i).map(|j| (j, *v)))
                 .collect()
         };
+        let personal = r.personalises(&own);
+        if !personal && !self.ranker_popularity {
+            return self.popular(q);
+        }
         let mut scores = vec![0.0; r.n_items()];
         r.score_items(None, &own, &mut scores);
         let mut excluded = vec![false; self.items.len()];
@@ -293,10 +325,29 @@ impl Published {
                 .map(|j| Scored {
                     item: self.items[j].clone(),
                     score: scores[j],
+                    explanations: if personal {
+                        r.explain(&own, j).map(|e| self.explanations(&own, e))
+                    } else {
+                        None
+                    },
                 })
                 .collect(),
-            fallback: !r.personalises(&own),
+            fallback: !personal,
         }
+    }
+
+    /// A ranker's `(item index, contribution)` pairs with ids and the user's ratings.
+    fn explanations(&self, own: &[(usize, f64)], e: Vec<(usize, f64)>) -> Vec<Explanation> {
+        e.into_iter()
+            .map(|(k, contribution)| Explanation {
+                item: self.items[k].clone(),
+                rating: own
+                    .iter()
+                    .find(|&&(j, _)| j == k)
+                    .map_or(f64::NAN, |&(_, v)| v),
+                contribution,
+            })
+            .collect()
     }
 
     /// This release's model re-indexed for new id lists (`users`, `items` in the new
@@ -329,10 +380,23 @@ impl Published {
         out
     }
 
-    /// Items most similar to `item` by cosine similarity of the DP item profiles.
-    /// `None` when the item is unknown; empty when the model has no item factors.
+    /// Items most similar to `item`: by the served ranker's own DP item-item weights
+    /// when it has them ([`Ranker::similar`]: a neighbourhood model's `s_ij`), else by
+    /// cosine similarity of the DP item profiles. `None` when the item is unknown; empty
+    /// when the model has neither.
     pub fn similar(&self, item: &str, n: usize) -> Option<Vec<Scored>> {
         let j = self.item_index(item)?;
+        if let Some(list) = self.ranker.as_ref().and_then(|r| r.similar(j, n)) {
+            return Some(
+                list.into_iter()
+                    .map(|(k, s)| Scored {
+                        item: self.items[k].clone(),
+                        score: s,
+                        explanations: None,
+                    })
+                    .collect(),
+            );
+        }
         let f = &self.model.item_factors;
         if f.ncols() == 0 || j >= f.nrows() {
             return Some(Vec::new());
@@ -359,6 +423,7 @@ impl Published {
                 .map(|(k, s)| Scored {
                     item: self.items[k].clone(),
                     score: s,
+                    explanations: None,
                 })
                 .collect(),
         )

@@ -7,6 +7,7 @@
 //! rank through the same call.
 
 use crate::train::item_ranker::ItemRanker;
+use crate::train::nbm::model::NbmModel;
 use crate::train::FactorModel;
 
 /// Scores items for one user from a published model and the user's own ratings.
@@ -41,7 +42,28 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
     fn popularity_counts(&self) -> Option<Vec<f64>> {
         None
     }
+
+    /// Why `item` scores as it does for a user whose own ratings are `own`: at most
+    /// [`EXPLANATIONS`] of the user's own rated items with their contribution to the
+    /// score, the largest `|contribution|` first. Only items of `own` appear (the user's
+    /// own data with the published model, DESIGN 6). `None` for models that do not
+    /// explain (the API then omits the field).
+    fn explain(&self, own: &[(usize, f64)], item: usize) -> Option<Vec<(usize, f64)>> {
+        let _ = (own, item);
+        None
+    }
+
+    /// The `n` items most similar to `item` by the model's own published item-item
+    /// weights, as `(item, score)`, best first; `None` when the model has no such
+    /// weights (the service then uses the cosine of the factor model's item profiles).
+    fn similar(&self, item: usize, n: usize) -> Option<Vec<(usize, f64)>> {
+        let _ = (item, n);
+        None
+    }
 }
+
+/// How many of the user's own items [`Ranker::explain`] names per recommended item.
+pub const EXPLANATIONS: usize = 3;
 
 /// The `k` best items of `scores` (descending score, ties to the smaller index),
 /// skipping `excluded` items and items scored `-inf` or NaN.
@@ -66,6 +88,9 @@ pub fn top_k(scores: &[f64], excluded: &[bool], k: usize) -> Vec<usize> {
 pub enum StoredRanker {
     /// An item-side model over DP-popular candidates ([`ItemRanker`]).
     Item { model: ItemRanker },
+    /// A neighbourhood model (`dpsgd-nbm`, `dpps-nbm`, `nbm`): its DP biases and
+    /// item-anchor weights, nothing per user ([`NbmModel`]).
+    Nbm { model: NbmModel },
 }
 
 impl StoredRanker {
@@ -73,6 +98,7 @@ impl StoredRanker {
     pub fn into_ranker(self) -> std::sync::Arc<dyn Ranker> {
         match self {
             StoredRanker::Item { model } => std::sync::Arc::new(model),
+            StoredRanker::Nbm { model } => std::sync::Arc::new(model),
         }
     }
 }

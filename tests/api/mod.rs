@@ -16,6 +16,7 @@ mod ldp;
 mod lease;
 mod ledger;
 mod models;
+mod nbm;
 mod private_gd;
 mod ratings;
 mod recommend;

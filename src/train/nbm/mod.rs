@@ -519,6 +519,35 @@ impl super::Trainer for Nbm {
         }
     }
 
+    /// A whole user added or removed: the `steps` Poisson-subsampled Gaussian steps on
+    /// the user's clipped gradient, whatever the user's number of ratings (the clip
+    /// bounds the user's record as a whole).
+    fn user_level_event(&self, _max_ratings: u64) -> Option<PrivacyEvent> {
+        match self.method {
+            Method::NonPrivate => None,
+            _ => Nbm::user_level_event(self).ok(),
+        }
+    }
+
+    fn rating_cap(&self) -> Option<f64> {
+        match self.method {
+            Method::NonPrivate => None,
+            _ => self.rating_eps().ok(),
+        }
+    }
+
+    /// The noise multiplier times `factor` (a calibrated `eps` no longer holds, so it is
+    /// dropped from the reported parameters).
+    fn scaled(&self, factor: f64) -> Option<Box<dyn super::Trainer>> {
+        (self.method != Method::NonPrivate && factor.is_finite() && factor >= 1.0).then(|| {
+            Box::new(Self {
+                z: self.z * factor,
+                eps: if factor == 1.0 { self.eps } else { None },
+                ..self.clone()
+            }) as Box<dyn super::Trainer>
+        })
+    }
+
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let (model, charges, _) = self.fit_model(data, rng)?;
         let n_users = data.matrix.n_users;
@@ -740,5 +769,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The service's release plan needs a user-level cost and a calibration: both are
+    /// the trainer's own subsampled-Gaussian event, at the scaled noise multiplier.
+    #[test]
+    fn user_level_cost_and_calibration_follow_the_noise_multiplier() {
+        use crate::train::Trainer;
+        let p = Params::parse(&["sigma=2", "steps=10"]).unwrap();
+        let t = Nbm::from_params(Method::DpSgd, &p).unwrap();
+        assert_eq!(
+            Trainer::user_level_event(&t, 7),
+            Some(Nbm::user_level_event(&t).unwrap())
+        );
+        assert_eq!(t.rating_cap(), Some(t.rating_eps().unwrap()));
+        let scaled = t.scaled(1.5).unwrap();
+        let want = Nbm {
+            z: 3.0,
+            ..t.clone()
+        };
+        assert_eq!(
+            scaled.user_level_event(7),
+            Some(Nbm::user_level_event(&want).unwrap())
+        );
+        assert!(scaled.rating_cap().unwrap() < t.rating_cap().unwrap());
+        assert!(t.scaled(0.5).is_none());
+        let np = Nbm::from_params(Method::NonPrivate, &Params::new()).unwrap();
+        assert!(np.scaled(1.0).is_none() && Trainer::user_level_event(&np, 7).is_none());
     }
 }

@@ -11,13 +11,17 @@
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
-use crate::train::Ranker;
+use crate::train::ranker::EXPLANATIONS;
+use crate::train::{Ranker, StoredRanker};
 
 /// Marks an item that is not an anchor (has no column in `sim`).
 pub const NO_ANCHOR: u32 = u32::MAX;
 
 /// A neighbourhood model: DP global offset, DP item biases and DP item-anchor weights.
+/// Stored (with a release) as its published arrays ([`NbmModelParts`]); the anchor
+/// lookup is rebuilt and the shapes are checked on load.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(into = "NbmModelParts", try_from = "NbmModelParts")]
 pub struct NbmModel {
     pub global_mean: f64,
     /// One bias per item index.
@@ -31,6 +35,64 @@ pub struct NbmModel {
     /// Public lower bound on the normaliser `sum_j |s_ij|`.
     pub c_norm: f64,
     pub scale: RatingScale,
+}
+
+/// The published arrays of an [`NbmModel`], as stored: nothing per user.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NbmModelParts {
+    pub global_mean: f64,
+    pub item_bias: Vec<f64>,
+    pub anchors: Vec<u32>,
+    pub sim: Vec<f64>,
+    pub c_norm: f64,
+    pub scale: RatingScale,
+}
+
+impl From<NbmModel> for NbmModelParts {
+    fn from(m: NbmModel) -> Self {
+        Self {
+            global_mean: m.global_mean,
+            item_bias: m.item_bias,
+            anchors: m.anchors,
+            sim: m.sim,
+            c_norm: m.c_norm,
+            scale: m.scale,
+        }
+    }
+}
+
+impl TryFrom<NbmModelParts> for NbmModel {
+    type Error = String;
+    /// Refuses arrays that do not fit together, so a corrupt row is an error, not a panic.
+    fn try_from(p: NbmModelParts) -> Result<Self, String> {
+        let (n, k) = (p.item_bias.len(), p.anchors.len());
+        if p.sim.len() != n.saturating_mul(k) {
+            return Err(format!(
+                "nbm weights have {} entries for {n} items x {k} anchors",
+                p.sim.len()
+            ));
+        }
+        if p.c_norm.is_nan() || p.c_norm <= 0.0 {
+            return Err(format!("nbm c_norm must be positive, got {}", p.c_norm));
+        }
+        let mut anchor_of = vec![NO_ANCHOR; n];
+        for (a, &j) in p.anchors.iter().enumerate() {
+            match anchor_of.get_mut(j as usize) {
+                Some(slot) if *slot == NO_ANCHOR => *slot = a as u32,
+                Some(_) => return Err(format!("nbm anchor {j} is listed twice")),
+                None => return Err(format!("nbm anchor {j} outside 0..{n}")),
+            }
+        }
+        Ok(Self {
+            global_mean: p.global_mean,
+            item_bias: p.item_bias,
+            anchors: p.anchors,
+            anchor_of,
+            sim: p.sim,
+            c_norm: p.c_norm,
+            scale: p.scale,
+        })
+    }
 }
 
 /// One of the user's own rated items and how much it moved a score.
@@ -98,8 +160,8 @@ impl NbmModel {
     }
 
     /// Why `item` scores as it does for a user with ratings `own`: the user's own rated
-    /// items with their terms, the largest first, at most `limit`. Only items of `own`
-    /// can appear.
+    /// items with their terms, the largest `|contribution|` first (ties to the smaller
+    /// item index), at most `limit`. Only items of `own` can appear.
     pub fn explain(&self, own: &[(usize, f64)], item: usize, limit: usize) -> Vec<Contribution> {
         if item >= self.n_items() {
             return Vec::new();
@@ -124,7 +186,12 @@ impl NbmModel {
                 contribution: row[a] * x / den,
             })
             .collect();
-        out.sort_by(|p, q| q.contribution.total_cmp(&p.contribution));
+        out.sort_by(|p, q| {
+            q.contribution
+                .abs()
+                .total_cmp(&p.contribution.abs())
+                .then(p.item.cmp(&q.item))
+        });
         out.truncate(limit);
         out
     }
@@ -162,6 +229,31 @@ impl Ranker for NbmModel {
 
     fn predict(&self, _user: Option<usize>, own: &[(usize, f64)], item: usize) -> Option<f64> {
         Some(self.scale.clamp(self.score(own, item)))
+    }
+
+    /// Only rated anchor items move a score; without one the list is the DP biases,
+    /// so the service answers with its DP popularity instead.
+    fn personalises(&self, own: &[(usize, f64)]) -> bool {
+        own.iter()
+            .any(|&(j, _)| self.anchor_of.get(j).is_some_and(|&a| a != NO_ANCHOR))
+    }
+
+    fn stored(&self) -> Option<StoredRanker> {
+        Some(StoredRanker::Nbm {
+            model: self.clone(),
+        })
+    }
+
+    /// The user's own items with a non-zero term in the score of `item`.
+    fn explain(&self, own: &[(usize, f64)], item: usize) -> Option<Vec<(usize, f64)>> {
+        let mut e = NbmModel::explain(self, own, item, usize::MAX);
+        e.retain(|c| c.contribution != 0.0);
+        e.truncate(EXPLANATIONS);
+        Some(e.into_iter().map(|c| (c.item, c.contribution)).collect())
+    }
+
+    fn similar(&self, item: usize, n: usize) -> Option<Vec<(usize, f64)>> {
+        Some(NbmModel::similar(self, item, n))
     }
 }
 
@@ -213,5 +305,75 @@ mod tests {
         assert!(m.explain(&[], 2, 5).is_empty());
         assert_eq!(m.similar(2, 5), vec![(0, 2.0), (1, 1.0)]);
         assert_eq!(m.similar(0, 5), vec![(1, 1.0)]);
+    }
+
+    /// A release stores the model as JSON (its published arrays only) and a restarted
+    /// service reloads it: the same scores, explanations and neighbours come back, and
+    /// arrays that do not fit together are refused.
+    #[test]
+    fn stored_form_round_trips_and_refuses_bad_shapes() {
+        let m = model();
+        let json = serde_json::to_string(&Ranker::stored(&m).unwrap()).unwrap();
+        assert!(json.contains("\"kind\":\"nbm\""), "{json}");
+        assert!(
+            !json.contains("anchor_of"),
+            "the lookup is not stored: {json}"
+        );
+        let back = serde_json::from_str::<StoredRanker>(&json)
+            .unwrap()
+            .into_ranker();
+        let own = [(0, 5.0), (1, 2.0)];
+        let (mut a, mut b) = (vec![0.0; 3], vec![0.0; 3]);
+        m.score_items(None, &own, &mut a);
+        back.score_items(None, &own, &mut b);
+        assert_eq!(a, b);
+        assert_eq!(back.explain(&own, 2), Ranker::explain(&m, &own, 2));
+        assert_eq!(back.similar(2, 5), Some(vec![(0, 2.0), (1, 1.0)]));
+        assert!(back.popularity_counts().is_none());
+        let StoredRanker::Nbm { model: parsed } = serde_json::from_str(&json).unwrap() else {
+            panic!("not an nbm ranker");
+        };
+        assert_eq!(parsed, m);
+        for (from, to) in [
+            ("[0.0,1.0,1.0,0.0,2.0,1.0]", "[0.0,1.0,1.0,0.0,2.0]"),
+            ("\"anchors\":[0,1]", "\"anchors\":[0,3]"),
+            ("\"anchors\":[0,1]", "\"anchors\":[1,1]"),
+            ("\"c_norm\":1.0", "\"c_norm\":0.0"),
+        ] {
+            let bad = json.replace(from, to);
+            assert_ne!(bad, json, "{from}");
+            assert!(serde_json::from_str::<StoredRanker>(&bad).is_err(), "{to}");
+        }
+    }
+
+    /// The served explanation: at most three of the user's own items, the largest
+    /// |contribution| first, zero terms left out; personal only with a rated anchor.
+    #[test]
+    fn trait_explanations_take_the_three_largest_terms_by_magnitude() {
+        // 5 items, all anchors; item 4's row weights own items 0..3 by 1, -3, 2, 0.
+        let mut sim = vec![0.0; 25];
+        sim[4 * 5..4 * 5 + 4].copy_from_slice(&[1.0, -3.0, 2.0, 0.0]);
+        let m = NbmModel {
+            global_mean: 3.0,
+            item_bias: vec![0.0; 5],
+            anchors: vec![0, 1, 2, 3, 4],
+            anchor_of: vec![0, 1, 2, 3, 4],
+            sim,
+            c_norm: 1.0,
+            scale: RatingScale::new(1.0, 5.0, 1.0).unwrap(),
+        };
+        // x = 2, 1, -1, 2 for items 0..3: terms 2/6, -3/6, -2/6, 0.
+        let own = [(0, 5.0), (1, 4.0), (2, 2.0), (3, 5.0)];
+        let e = Ranker::explain(&m, &own, 4).unwrap();
+        let items: Vec<usize> = e.iter().map(|p| p.0).collect();
+        assert_eq!(items, vec![1, 0, 2]);
+        assert!((e[0].1 + 0.5).abs() < 1e-12 && (e[1].1 - 1.0 / 3.0).abs() < 1e-12);
+        let total: f64 = e.iter().map(|p| p.1).sum();
+        assert!((m.score(&own, 4) - 3.0 - total).abs() < 1e-12);
+        assert_eq!(Ranker::explain(&m, &[(3, 5.0)], 4), Some(vec![]));
+        assert!(m.personalises(&own));
+        let few = model();
+        assert!(!few.personalises(&[(2, 5.0)]), "item 2 is no anchor");
+        assert!(few.personalises(&[(2, 5.0), (1, 1.0)]));
     }
 }
