@@ -8,6 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{AnyKey, UserKey};
 use super::{path_id, ApiError, AppState};
+use crate::train::Guarantee;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -73,7 +74,7 @@ pub struct Recommendations {
     /// Release id of the model that answered.
     pub model_version: i64,
     /// `proven` or `non-private`.
-    pub guarantee: String,
+    pub guarantee: Guarantee,
     /// True when the DP popularity answered (no published profile for the user).
     pub fallback: bool,
     /// `profile` or `popularity`.
@@ -142,7 +143,7 @@ pub async fn recommendations(
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,
-        guarantee: model.guarantee.to_string(),
+        guarantee: model.guarantee,
         fallback: top.fallback,
         source: if top.fallback {
             "popularity"
