@@ -27,6 +27,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "rating_rho",
         include_str!("../../migrations/sqlite/0010_rating_rho.sql"),
     ),
+    (
+        11,
+        "rating_charges_by_user_release",
+        include_str!("../../migrations/sqlite/0011_rating_charges_by_user_release.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -48,6 +53,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         10,
         "rating_rho",
         include_str!("../../migrations/postgres/0010_rating_rho.sql"),
+    ),
+    (
+        11,
+        "rating_charges_by_user_release",
+        include_str!("../../migrations/postgres/0011_rating_charges_by_user_release.sql"),
     ),
 ];
 
