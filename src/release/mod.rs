@@ -357,19 +357,23 @@ impl Retrainer {
         } else {
             Guarantee::NonPrivate
         };
+        let stored_ranker = fitted.ranker.as_ref().and_then(|r| r.stored());
+        let stored = stored_ranker.is_some();
         let rec = steps::record(RecordInput {
             trainer: &*trainer,
             guarantee,
             set: &set,
             model: &fitted.model,
-            ranker: fitted.ranker.as_ref().and_then(|r| r.stored()),
+            ranker: stored_ranker,
             popularity: &popularity,
             charges,
             job_id,
         })?;
         // The served form is built before committing, so a model that cannot be served
         // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
-        let ranker = fitted.ranker.filter(|r| r.stored().is_some());
+        // Served through the ranker only if it was stored with the release (a restart
+        // must answer the same).
+        let ranker = if stored { fitted.ranker } else { None };
         let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
         let release_id =
             commit_release(&self.store, &rec, self.hooks.inside_commit.as_deref()).await?;
