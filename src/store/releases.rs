@@ -8,7 +8,7 @@ use sqlx::Row;
 
 use super::{curve_json, now_ms, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
-use crate::ledger::{fits_with_rho, rating_loss, user_cost};
+use crate::ledger::{gaussian_eps, user_cost};
 use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
 
 const RELEASE_COLS: &str = "id, trainer, params, guarantee, mechanisms, popularity_eps, \
@@ -554,26 +554,35 @@ async fn charge_ratings(
     // pure spend plus converted Gaussian part, must stay within eps_ij).
     let mut next = Vec::with_capacity(part.len());
     let mut increments = Vec::with_capacity(part.len());
+    // Ratings of one release mostly share their Gaussian part: convert each rho once
+    // (the conversion minimises over 156 orders, and this runs under the lock).
+    let mut eps_of_rho: HashMap<u64, f64> = HashMap::new();
+    let mut g = |r: f64| {
+        *eps_of_rho
+            .entry(r.to_bits())
+            .or_insert_with(|| gaussian_eps(r))
+    };
     for c in part {
         let &(eps, spent, rho) = stored
             .get(&c.rating_id)
             .ok_or(CommitError::RatingMissing(c.rating_id))?;
         let charge = c.total();
-        if !fits_with_rho(eps, spent, rho, charge, c.rho) {
+        // `rating_loss` written out with the memoised conversion (same arithmetic as
+        // `fits_with_rho`, exact, no tolerance).
+        let before = spent + g(rho);
+        let after = (spent + charge) + g(rho + c.rho);
+        let valid = charge.is_finite() && charge >= 0.0 && c.rho.is_finite() && c.rho >= 0.0;
+        if !(valid && after <= eps) {
             return Err(CommitError::RatingOverspend {
                 rating_id: c.rating_id,
                 eps,
-                spent: rating_loss(spent, rho),
-                charge: rating_loss(spent + charge, rho + c.rho) - rating_loss(spent, rho),
+                spent: before,
+                charge: after - before,
             });
         }
         // What the release added to the rating's loss bound (exactly the pure charge
         // when it has no Gaussian part).
-        increments.push(if c.rho == 0.0 {
-            charge
-        } else {
-            rating_loss(spent + charge, rho + c.rho) - rating_loss(spent, rho)
-        });
+        increments.push(if c.rho == 0.0 { charge } else { after - before });
         next.push((c.rating_id, spent + charge, rho + c.rho));
     }
     let sql = format!(
