@@ -528,28 +528,15 @@ fn in_list(n: usize) -> String {
         .join(", ")
 }
 
-/// Rating charges inside a ledger transaction: lock the rows, re-check every charge
-/// against the stored spend, then one UPDATE and one multi-row INSERT.
-async fn charge_ratings(
-    store: &Store,
-    tx: &mut Tx,
-    release_id: i64,
-    rec: &ReleaseRecord,
+/// `(id, new spent, new rho)` per rating, and each rating's added loss.
+type Rechecked = (Vec<(i64, f64, f64)>, Vec<f64>);
+
+/// The new `(id, spent, rho)` of each charged rating and what the release added to its
+/// loss bound, after checking every charge against the stored state under the lock.
+fn recheck_ratings(
     part: &[&RatingChargeRow],
-) -> Result<(), CommitError> {
-    let sql = format!(
-        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}) ORDER BY user_id, item_id{}",
-        in_list(part.len()),
-        store.for_update()
-    );
-    let mut q = sqlx::query(&sql);
-    for c in part {
-        q = q.bind(c.rating_id);
-    }
-    let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
-    for r in q.fetch_all(&mut **tx).await? {
-        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
-    }
+    stored: &HashMap<i64, (f64, f64, f64)>,
+) -> Result<Rechecked, CommitError> {
     // Re-check every charge against the stored state first (the rating's loss bound,
     // pure spend plus converted Gaussian part, must stay within eps_ij).
     let mut next = Vec::with_capacity(part.len());
@@ -585,6 +572,32 @@ async fn charge_ratings(
         increments.push(if c.rho == 0.0 { charge } else { after - before });
         next.push((c.rating_id, spent + charge, rho + c.rho));
     }
+    Ok((next, increments))
+}
+
+/// Rating charges inside a ledger transaction: lock the rows, re-check every charge
+/// against the stored spend, then one UPDATE and one multi-row INSERT.
+async fn charge_ratings(
+    store: &Store,
+    tx: &mut Tx,
+    release_id: i64,
+    rec: &ReleaseRecord,
+    part: &[&RatingChargeRow],
+) -> Result<(), CommitError> {
+    let sql = format!(
+        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}) ORDER BY user_id, item_id{}",
+        in_list(part.len()),
+        store.for_update()
+    );
+    let mut q = sqlx::query(&sql);
+    for c in part {
+        q = q.bind(c.rating_id);
+    }
+    let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
+    for r in q.fetch_all(&mut **tx).await? {
+        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+    }
+    let (next, increments) = recheck_ratings(part, &stored)?;
     let sql = format!(
         "UPDATE ratings SET spent = v.v, rho = v.r, releases = releases + 1 FROM {} AS v \
          WHERE ratings.id = v.i",
