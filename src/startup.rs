@@ -63,6 +63,14 @@ pub fn check_trainer(s: &Settings, t: &dyn Trainer) -> anyhow::Result<()> {
             "trainer {} is non-private; set trainer.allow_non_private = true to serve it",
             t.name()
         ),
+        Guarantee::LocalDp => {
+            log::info!(
+                "trainer {} is local-DP: releases read only the ratings perturbed on the \
+                 client (charged at ingestion) and charge nothing",
+                t.name()
+            );
+            Ok(())
+        }
         Guarantee::PaperClaimed => bail!(
             "trainer {} is paper-faithful (guarantee not proven for this code) and is never served",
             t.name()

@@ -73,7 +73,8 @@ pub struct Recommendations {
     pub user: String,
     /// Release id of the model that answered.
     pub model_version: i64,
-    /// `proven` or `non-private`.
+    /// `proven`, `local-dp` (a model trained on client-perturbed ratings only) or
+    /// `non-private`.
     pub guarantee: Guarantee,
     /// True when the DP popularity answered (no published profile for the user).
     pub fallback: bool,

@@ -21,7 +21,7 @@ use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
 use crate::store::{
     commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook, Store, StoreError,
 };
-use crate::train::{Guarantee, TrainError, Trainer};
+use crate::train::{Guarantee, ReleaseCharges, TrainError, Trainer};
 use steps::{Admission, RecordInput, TrainingSet};
 
 /// Test-only hooks: failure injection points for the crash tests, and a noise seed.
@@ -96,6 +96,11 @@ pub enum ReleaseError {
         excluded: usize,
     },
     #[error(
+        "the local-DP trainer reads only ratings perturbed on the client, and none of the \
+         {ratings} ratings is (send them in the perturbed form, see `dprec perturb`)"
+    )]
+    NoLocalRatings { ratings: usize },
+    #[error(
         "trainer {trainer} has guarantee {guarantee:?}; only proven trainers are served \
          (set trainer.allow_non_private for non-private ones)"
     )]
@@ -143,7 +148,10 @@ impl ReleaseError {
     pub fn is_skip(&self) -> bool {
         matches!(
             self,
-            Self::Busy | Self::LeaseHeld | Self::NothingAdmitted { .. }
+            Self::Busy
+                | Self::LeaseHeld
+                | Self::NothingAdmitted { .. }
+                | Self::NoLocalRatings { .. }
         )
     }
 }
@@ -331,6 +339,7 @@ impl Retrainer {
         let Admission {
             plan,
             private,
+            guarantee,
             trainer,
             popularity_eps: pop_eps,
             user_event,
@@ -338,11 +347,16 @@ impl Retrainer {
         let set = steps::training_set(&snap, &plan)?;
         let (fitted, mut rng) =
             steps::fit(trainer.clone(), &set, &self.config, self.prior(&set)).await?;
-        let (counts, pop_charges) = steps::popularity(&set, &plan, pop_eps, &fitted, &mut rng)?;
+        let (counts, pop_charges) = match guarantee {
+            // Nothing charged pays for counts of who rated what: no popularity.
+            Guarantee::LocalDp => (vec![0; set.items.len()], ReleaseCharges::default()),
+            _ => steps::popularity(&set, &plan, pop_eps, &fitted, &mut rng)?,
+        };
         let charges = match (&user_event, private) {
             (Some(e), true) => {
                 steps::collect_charges(&snap, &plan, &set, &fitted.charges, &pop_charges, e)?
             }
+            _ if guarantee == Guarantee::LocalDp => steps::local_charges(),
             _ => steps::Charges::default(),
         };
         if let Some(h) = &self.hooks.before_commit {
@@ -351,11 +365,6 @@ impl Retrainer {
         let popularity = Popularity {
             eps: if private { pop_eps } else { 0.0 },
             counts,
-        };
-        let guarantee = if private {
-            Guarantee::Proven
-        } else {
-            Guarantee::NonPrivate
         };
         let stored_ranker = fitted.ranker.as_ref().and_then(|r| r.stored());
         let stored = stored_ranker.is_some();

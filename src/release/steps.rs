@@ -21,8 +21,11 @@ use crate::train::{
 /// Which ratings a release uses and whether it is private.
 pub struct Admission {
     pub plan: Plan,
-    /// Proven trainer: charged and filtered; otherwise an allowed non-private release.
+    /// Proven trainer: charged and filtered; otherwise an allowed non-private release or
+    /// a local-DP one (nothing charged either way).
     pub private: bool,
+    /// The guarantee the release is recorded with.
+    pub guarantee: Guarantee,
     /// The trainer this release runs: calibrated to the lifetime plan (private releases).
     pub trainer: Arc<dyn Trainer>,
     /// The popularity eps of this release (calibrated with the trainer).
@@ -76,6 +79,7 @@ pub fn admit(
 ) -> Result<Admission, ReleaseError> {
     let private = match trainer.guarantee() {
         Guarantee::Proven => true,
+        Guarantee::LocalDp => return local_admission(trainer, snap),
         Guarantee::NonPrivate if cfg.allow_non_private => false,
         guarantee => {
             return Err(ReleaseError::NotServable {
@@ -109,9 +113,49 @@ pub fn admit(
     Ok(Admission {
         plan,
         private,
+        guarantee: if private {
+            Guarantee::Proven
+        } else {
+            Guarantee::NonPrivate
+        },
         trainer,
         popularity_eps,
         user_event,
+    })
+}
+
+/// A local-DP release (DESIGN 3): the trainer reads only the ratings perturbed on the
+/// client, each charged its local eps once at ingestion; training on them is
+/// post-processing, so nothing is charged and no raw rating takes part.
+fn local_admission(trainer: &Arc<dyn Trainer>, snap: &Snapshot) -> Result<Admission, ReleaseError> {
+    let admitted: Vec<ledger::Admitted> = snap
+        .ratings
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.ldp)
+        .map(|(index, r)| ledger::Admitted {
+            index,
+            share: 0.0,
+            popularity: false,
+            train_budget: 0.0,
+            rho: r.rho,
+        })
+        .collect();
+    if admitted.is_empty() {
+        return Err(ReleaseError::NoLocalRatings {
+            ratings: snap.ratings.len(),
+        });
+    }
+    Ok(Admission {
+        plan: Plan {
+            admitted,
+            ..Plan::default()
+        },
+        private: false,
+        guarantee: Guarantee::LocalDp,
+        trainer: trainer.clone(),
+        popularity_eps: 0.0,
+        user_event: None,
     })
 }
 
@@ -261,6 +305,25 @@ pub struct Charges {
     pub mechanisms: Vec<MechanismRecord>,
     pub rating_unit: PrivacyUnit,
     pub rating_neighbour: Neighbour,
+}
+
+/// A local-DP release charges nothing; its record names what protects the ratings.
+pub fn local_charges() -> Charges {
+    Charges {
+        mechanisms: vec![MechanismRecord {
+            name: "ldp-ratings-post-processing".into(),
+            params: serde_json::json!({
+                "input": "ratings perturbed on the client (origin ldp) only",
+                "charged": "each rating's local eps, once, at ingestion (rating and user ledger)",
+                "protects": "each rating's value; which items a user rated is not protected",
+            }),
+            unit: PrivacyUnit::Rating,
+            neighbour: Neighbour::Replace,
+        }],
+        rating_unit: PrivacyUnit::Rating,
+        rating_neighbour: Neighbour::Replace,
+        ..Charges::default()
+    }
 }
 
 /// Step 5 (private releases): the trainer's charges and the popularity's, checked against

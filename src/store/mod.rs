@@ -110,6 +110,8 @@ pub struct RatingRow {
     pub spent: f64,
     /// Gaussian part of the rating's loss (zCDP, [`crate::ledger::rating_loss`]).
     pub rho: f64,
+    /// Perturbed on the client (`origin = 'ldp'`): only local-DP trainers read it.
+    pub ldp: bool,
 }
 
 /// Everything a release plans from.

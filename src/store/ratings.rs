@@ -275,7 +275,8 @@ impl Store {
     /// Live ratings of live users, their budgets, and the item catalogue.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let rows = sqlx::query(
-            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho FROM ratings r \
+            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho, r.origin \
+             FROM ratings r \
              JOIN users u ON u.id = r.user_id \
              WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
         )
@@ -291,6 +292,7 @@ impl Store {
                 eps: r.try_get(4)?,
                 spent: r.try_get(5)?,
                 rho: r.try_get(6)?,
+                ldp: r.try_get::<String, _>(7)? == "ldp",
             });
         }
         let mut users = BTreeMap::new();

@@ -489,9 +489,9 @@ impl Trainer for BlpMogMf {
             // Simulated clients: the per-value LDP claim holds, but the curator sees
             // which ratings exist, so the add/remove claim the ledger needs does not.
             Some(_) => Guarantee::PaperClaimed,
-            // Post-processing of its input: as private as the input is; the input's
-            // charges are made at ingestion, not here.
-            None => Guarantee::NonPrivate,
+            // Post-processing of its input: in the service, the ratings perturbed on the
+            // client (charged at ingestion); the release reads nothing else.
+            None => Guarantee::LocalDp,
         }
     }
 

@@ -39,6 +39,11 @@ pub enum Guarantee {
     /// Faithful to a paper whose proof does not cover the code; see [`PAPER_FAITHFUL`].
     /// Never served, never used to justify a ledger charge.
     PaperClaimed,
+    /// Trained only on ratings perturbed on the client (DESIGN 3): each value was charged
+    /// its local eps once, at ingestion, and training on it is post-processing, so the
+    /// release charges nothing. It protects each rating's VALUE (replacement); which items
+    /// a user rated is seen by the curator and is not protected.
+    LocalDp,
 }
 
 /// The stored and JSON name of each enum (the same kebab-case serde uses), and its parse.
@@ -80,6 +85,7 @@ named_enum!(Guarantee {
     NonPrivate => "non-private",
     Proven => "proven",
     PaperClaimed => "paper-claimed",
+    LocalDp => "local-dp",
 });
 
 /// The largest charge of each user's ratings: `users[k]` is the dense user of rating

@@ -188,3 +188,67 @@ async fn ldp_bad_inputs(url: &str) {
     app.stop().await;
 }
 both_backends!(ldp_bad_inputs);
+
+/// A local-DP release (issue 9: `blp-mog-mf` served like any trainer): it trains on the
+/// client-perturbed ratings only, charges nothing (their local eps was charged at
+/// ingestion), is recorded `local-dp`, answers an LDP user from the model, and leaves
+/// the raw ratings untouched; without any LDP rating the job is skipped with the reason.
+async fn ldp_release_serves_blp_mog_mf(url: &str) {
+    let params = dprec::train::Params::parse(&["em_iters=3"]).unwrap();
+    let trainer: std::sync::Arc<dyn dprec::train::Trainer> =
+        dprec::train::build("blp-mog-mf", &params).unwrap().into();
+    let app = TestApp::spawn(settings(url), trainer, Hooks::default()).await;
+    app.ingest(&[("raw", "i1", 4.0, Some(1.0)), ("raw", "i2", 2.0, Some(1.0))])
+        .await;
+    let job = app.retrain().await;
+    assert_eq!(job.status, "skipped", "{job:?}");
+    assert!(
+        job.reason.as_deref().unwrap_or("").contains("perturbed on the client"),
+        "{job:?}"
+    );
+
+    let items: Vec<(String, f64)> = (0..8).map(|j| (format!("i{j}"), 1.0 + (j % 5) as f64)).collect();
+    let mut batch = Vec::new();
+    for (k, user) in ["alice", "bob", "carol"].iter().enumerate() {
+        let own: Vec<(&str, f64)> = items
+            .iter()
+            .skip(k)
+            .take(5)
+            .map(|(i, v)| (i.as_str(), *v))
+            .collect();
+        batch.extend(perturbed(user, &own, 1.0, 10 + k as u64));
+    }
+    let (st, body) = app.post("/v1/ratings", WRITER, &json!({"ratings": batch})).await;
+    assert_eq!(st, 200, "{body}");
+    let (_, before_raw) = app.get("/v1/users/raw/budget", READER).await;
+    let (_, before_alice) = app.get("/v1/users/alice/budget", READER).await;
+
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let (st, m) = app.get("/v1/models/current", PUBLIC).await;
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["release"]["trainer"], "blp-mog-mf", "{m}");
+    assert_eq!(m["release"]["guarantee"], "local-dp", "{m}");
+    let mech = &m["release"]["mechanisms"][0];
+    assert_eq!((&mech["unit"], &mech["neighbour"]), (&json!("rating"), &json!("replace")), "{m}");
+    // Nothing was charged: both users' audits are as before the release (but for the
+    // explanatory note, which now speaks of the served release).
+    for (user, before) in [("raw", before_raw), ("alice", before_alice)] {
+        let (_, mut after) = app.get(&format!("/v1/users/{user}/budget"), READER).await;
+        let mut before = before;
+        after["note"].take();
+        before["note"].take();
+        assert_eq!(after, before, "{user}");
+    }
+    // The raw user took no part: the model has a profile for LDP users only.
+    let stored = app.stored_release(&job).await;
+    assert_eq!((stored.n_users, stored.n_ratings), (3, 15), "{stored:?}");
+    assert_eq!(stored.guarantee.to_string(), "local-dp");
+
+    let r = app.recommendations("alice", "n=3").await;
+    assert_eq!(r.guarantee.to_string(), "local-dp");
+    assert!(!r.fallback, "{r:?}");
+    assert!(!r.items.is_empty());
+    app.stop().await;
+}
+both_backends!(ldp_release_serves_blp_mog_mf);
