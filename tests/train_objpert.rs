@@ -224,13 +224,13 @@ fn charges_follow_the_rules() {
     let (r, elig) = mixed_data();
     let m = Interactions::new(&r);
     let u = fixed_u(30, 3);
-    let mut cf = cfg(Threshold::Mean, 10.0, 1.0, 0.5);
+    let t = 0.45;
+    let mut cf = cfg(Threshold::Fixed(t), 10.0, 1.0, 0.5);
     cf.mean = Some(MeanRelease {
         share: 0.1,
         scale: RatingScale::ONE_TO_FIVE,
     });
     let offered: Vec<f64> = elig.iter().copied().filter(|&e| e > 0.0).collect();
-    let t = offered.iter().sum::<f64>() / offered.len() as f64;
     let a = dp_item_step(&r, &m.by_item, |_| 0.0, &u, &elig, &cf, &mut seeded(1)).unwrap();
     let b = dp_item_step(&r, &m.by_item, |_| 0.0, &u, &elig, &cf, &mut seeded(2)).unwrap();
     assert_eq!(a.charges, b.charges, "charges depend on the coins");
@@ -325,12 +325,10 @@ fn rsm_keeps_ratings_with_probability_pi() {
     )
     .unwrap();
     assert_eq!(all.sampled, n);
-    // Threshold = mean of the OFFERED preferences (zeros are not offered).
+    // Ratings not offered (eligible 0) are neither kept nor charged.
     let mut elig = vec![0.0; n];
-    elig[..n / 2].fill(0.4);
-    let mean = cfg(Threshold::Mean, 20.0, 1.0, 0.5);
-    let half = dp_item_step(&r, &m.by_item, |_| 3.0, &u, &elig, &mean, &mut seeded(5)).unwrap();
-    assert!((half.split.t - 0.4).abs() < 1e-12);
+    elig[..n / 2].fill(1.0);
+    let half = dp_item_step(&r, &m.by_item, |_| 3.0, &u, &elig, &cf, &mut seeded(5)).unwrap();
     assert_eq!(half.sampled, n / 2);
     assert_eq!(half.charges.ratings.len(), n / 2);
 }
@@ -547,4 +545,73 @@ fn paper_dp_pmf_noise_has_the_papers_scale() {
         (mean / want - 1.0).abs() < 0.06,
         "estimated E||eta||^2 {mean}, want {want}"
     );
+}
+
+/// `D` and `D` minus one rating of user 0 whose preference is not `t` (it is `drop_eps`):
+/// ratings with public preferences, budgets aligned.
+fn with_and_without_one(drop_eps: f64) -> [(Ratings, Vec<f64>); 2] {
+    let (r, mut e) = mixed_data();
+    // Rating 0 (user 0) gets a preference far from any threshold; every other rating is
+    // offered (no zero budget), so only the removed rating differs between D and D'.
+    for x in e.iter_mut() {
+        if *x == 0.0 {
+            *x = 0.3;
+        }
+    }
+    e[0] = drop_eps;
+    let mut r2 = Ratings::with_dims(r.n_users, r.n_items);
+    for k in 1..r.len() {
+        r2.push(r.users[k], r.items[k], r.values[k]);
+    }
+    let e2 = e[1..].to_vec();
+    [(r, e), (r2, e2)]
+}
+
+/// Issue 8, finding 4 (failed on main: `pdp-pmf` defaulted to `threshold=mean`, so `t`,
+/// `lambda_v`, `eps_noise`, ... in the mechanism record moved with the preferences
+/// present). For the served trainers, every published parameter (the trainer's params
+/// and the mechanism records of the release) is the same on D and on D minus one rating
+/// whose eps differs from t; the data-dependent thresholds are refused by the production
+/// trainers and kept, labelled, only by the paper-faithful one.
+#[test]
+fn published_parameters_do_not_depend_on_the_ratings_present() {
+    for (name, params) in [
+        ("pdp-pmf", &[][..]),
+        ("pdp-pmf", &["mean_share=0.1"][..]),
+        ("dp-pmf", &[][..]),
+    ] {
+        let t = build(name, &Params::parse(params).unwrap()).unwrap();
+        let mut published = Vec::new();
+        for (r, e) in with_and_without_one(2.5) {
+            let m = Interactions::new(&r);
+            let data = TrainData {
+                budgets: Some(&e),
+                ..TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE)
+            };
+            let f = t.fit(&data, &mut seeded(4)).unwrap();
+            let rec = serde_json::to_string(&f.charges.mechanisms).unwrap();
+            published.push((t.params().to_string(), rec));
+        }
+        assert_eq!(published[0], published[1], "{name} {params:?}");
+    }
+    for mode in ["threshold=mean", "threshold=max"] {
+        let e = build("pdp-pmf", &Params::parse(&[mode]).unwrap()).err();
+        let e = e.unwrap_or_else(|| panic!("pdp-pmf accepted {mode}"));
+        assert!(e.to_string().contains("threshold"), "{e}");
+        build("paper-pdp-pmf", &Params::parse(&[mode]).unwrap()).unwrap();
+    }
+    // The production item step refuses a data-dependent threshold too (dp-alt calls it).
+    let (r, e) = mixed_data();
+    let m = Interactions::new(&r);
+    let cf = cfg(Threshold::Mean, 20.0, 1.0, 0.5);
+    let err = dp_item_step(
+        &r,
+        &m.by_item,
+        |_| 0.0,
+        &fixed_u(30, 2),
+        &e,
+        &cf,
+        &mut seeded(1),
+    );
+    assert!(err.unwrap_err().to_string().contains("threshold"));
 }

@@ -6,9 +6,10 @@
 //!
 //! # Mechanism
 //!
-//! 1. **RSM sampling** (Jorgensen-Yu-Cormode 2015). The threshold `t` is computed from
-//!    the public preferences of the offered ratings ([`Threshold`]); rating `k` (offered
-//!    iff `eligible[k] > 0`) is kept with probability `pi(eps_k, t)`.
+//! 1. **RSM sampling** (Jorgensen-Yu-Cormode 2015). The threshold `t` is a fixed public
+//!    number ([`Threshold::Fixed`], from configuration or the release plan; the mean/max
+//!    of the preferences present are refused: DESIGN 2.6, issue 8 finding 4); rating `k`
+//!    (offered iff `eligible[k] > 0`) is kept with probability `pi(eps_k, t)`.
 //! 2. Optionally, a DP **global mean** of the kept ratings (discrete Laplace on the sum in
 //!    rating-grid units and on the count, `share * t` split evenly), used as a public
 //!    offset by step 3 (adaptive sequential composition).
@@ -122,8 +123,18 @@ impl ItemStepConfig {
         };
         pos("lambda_v", self.lambda_v)?;
         pos("c", self.loss_scale)?;
-        if let Threshold::Fixed(t) = self.threshold {
-            pos("threshold", t)?;
+        match self.threshold {
+            Threshold::Fixed(t) => pos("threshold", t)?,
+            other => {
+                return Err(invalid(
+                    "threshold",
+                    format!(
+                        "{other:?} is computed from the eps_ij of the ratings present, which are \
+                         private under add/remove (DESIGN 2.6); the production step needs a \
+                         fixed public number (the paper's mean/max stay in paper-pdp-pmf)"
+                    ),
+                ))
+            }
         }
         if !(0.0..1.0).contains(&self.jacobian_share) {
             return Err(invalid(
