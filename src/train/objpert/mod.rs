@@ -18,8 +18,9 @@ pub mod step;
 
 pub use paper::PaperPmf;
 pub use step::{
-    budget_split, clip_rows, dp_item_step, perturbed_objective, solve_item, BudgetSplit,
-    ItemStepConfig, ItemStepOutput, MeanRelease,
+    accelerated_steps, approximation_noise, approximation_sensitivity, budget_split, clip_rows,
+    dp_item_step, perturbed_objective, solve_item, solve_item_with, BudgetSplit, ItemStepConfig,
+    ItemStepOutput, MeanRelease, APPROX_SHARE, SOLVE_GRADIENT_BOUND,
 };
 
 use ndarray::{Array1, Array2};
