@@ -23,11 +23,14 @@ run() { # run NAME TITLE ARGS...
         --title "$title" --out "$OUT/$name.json" --plot "$OUT/$name.svg" "$@" \
         | tee "$OUT/$name.txt"
 }
-PAPER="f_m=0.37,eps_c=0.1,eps_m=0.2,eps_l=1.0,threshold=mean"
+PAPER="f_m=0.37,eps_c=0.1,eps_m=0.2,eps_l=1.0"
+# The paper's t = mean of the preferences present is data-dependent: only the
+# paper-faithful trainer takes it; pdp-pmf runs at its public default t = 0.4.
+PAPER_T="$PAPER,threshold=mean"
 
 exp_pdp_fc() { # PDP-PMF paper Table 1 / Fig. 2: fraction of conservative ratings
     run pdp-fc "PDP-PMF vs DP-PMF (eps=0.1) against f_c, ML-100K" \
-        --trainer "pdp-pmf:$PAPER" --trainer "paper-pdp-pmf:$PAPER" \
+        --trainer "pdp-pmf:$PAPER" --trainer "paper-pdp-pmf:$PAPER_T" \
         --trainer dp-pmf:eps=0.1 --trainer paper-dp-pmf:eps=0.1 --trainer baseline \
         --sweep f_c=0.1,0.2,0.3,0.4,0.5,0.6
 }

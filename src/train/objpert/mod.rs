@@ -18,8 +18,9 @@ pub mod step;
 
 pub use paper::PaperPmf;
 pub use step::{
-    budget_split, clip_rows, dp_item_step, perturbed_objective, solve_item, BudgetSplit,
-    ItemStepConfig, ItemStepOutput, MeanRelease,
+    accelerated_steps, approximation_noise, approximation_sensitivity, budget_split, clip_rows,
+    dp_item_step, perturbed_objective, solve_item, solve_item_with, BudgetSplit, ItemStepConfig,
+    ItemStepOutput, MeanRelease, APPROX_SHARE, SOLVE_GRADIENT_BOUND,
 };
 
 use ndarray::{Array1, Array2};
@@ -112,7 +113,8 @@ impl PreferenceGroups {
     }
 }
 
-/// Parses `threshold=mean|max|<number>`.
+/// Parses `threshold=mean|max|<number>` (`mean`/`max` are data-dependent: only the
+/// paper-faithful trainers accept them).
 pub fn parse_threshold(p: &Params, default: Threshold) -> Result<Threshold, TrainError> {
     match p.get_str("threshold") {
         None => Ok(default),
@@ -221,11 +223,7 @@ impl PdpPmf {
             c: 1.0,
             bias: 1.0,
             mean_share: 0.0,
-            threshold: if uniform {
-                Threshold::Fixed(0.1)
-            } else {
-                Threshold::Mean
-            },
+            threshold: Threshold::Fixed(if uniform { 0.1 } else { DEFAULT_THRESHOLD }),
             users: UserSource::Random,
             groups: PreferenceGroups::default(),
             eps: if uniform { Some(0.1) } else { None },
@@ -267,11 +265,27 @@ impl PdpPmf {
             t.eps = Some(eps);
             t.threshold = Threshold::Fixed(eps);
         } else {
-            t.threshold = parse_threshold(p, d.threshold)?;
             t.groups = PreferenceGroups::from_params(p)?;
             t.eps = match p.get_str("eps") {
                 None => None,
                 Some(_) => Some(p.positive("eps", 1.0)?),
+            };
+            // Public by construction: a number from the parameters; with one uniform `eps`
+            // for every rating, that eps (no sampling); else DEFAULT_THRESHOLD.
+            let default = Threshold::Fixed(t.eps.unwrap_or(DEFAULT_THRESHOLD));
+            t.threshold = match parse_threshold(p, default)? {
+                fixed @ Threshold::Fixed(_) => fixed,
+                other => {
+                    return Err(invalid(
+                        "threshold",
+                        format!(
+                            "{} is computed from the eps_ij of the ratings present (private \
+                             under add/remove, DESIGN 2.6): {name} takes a number; the \
+                             paper's data-dependent modes are in paper-pdp-pmf",
+                            threshold_name(other)
+                        ),
+                    ))
+                }
             };
         }
         if !(0.0..1.0).contains(&t.mean_share) {
@@ -306,6 +320,14 @@ impl PdpPmf {
         }
     }
 }
+
+/// Default RSM threshold `t` of `pdp-pmf` (a public constant, issue 8 finding 4): the
+/// expected preference of the paper's default generator,
+/// `f_c (eps_c + eps_m)/2 + f_m (eps_m + eps_l)/2 + (1 - f_c - f_m) eps_l = 0.393`,
+/// rounded. The paper sets `t` to the mean of the preferences present, which is private
+/// under add/remove; 0.4 is what that mean is close to under the paper's setting, without
+/// reading the data. With one uniform `eps` the threshold is that eps.
+pub const DEFAULT_THRESHOLD: f64 = 0.4;
 
 /// Default weight of the constant feature with `users=prior`.
 pub const PRIOR_BIAS: f64 = 0.7;
@@ -361,10 +383,12 @@ impl Trainer for PdpPmf {
         m
     }
 
-    /// `dp-pmf`: every participating user is charged `PureDp { eps }`. `pdp-pmf` with a
-    /// fixed threshold: at most `PureDp { t }` (an upper bound: the charge is the user's
-    /// largest `min(eps_k, t)`); with `mean`/`max` the threshold depends on the budgets,
-    /// so no plan is given.
+    /// `dp-pmf`: every participating user is charged `PureDp { eps }`. `pdp-pmf`: at most
+    /// `PureDp { t }` (an upper bound: the charge is the user's largest `min(eps_k, t)`).
+    /// This is the rating-unit event; no user-level event is stated (the service refuses
+    /// to release these trainers): group privacy over a user's up to `m` ratings costs
+    /// `m t` per release (672.8 at t = 0.4 and ML-100K's m = 1682), far above what one
+    /// release of the default plan may cost a user (docs/privacy/pdp-pmf.md, section 3).
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
         match self.threshold {
             Threshold::Fixed(t) => PrivacyEvent::pure_dp(t, 1).ok(),
@@ -459,4 +483,70 @@ fn pad(v: Array1<f64>, n: usize) -> Array1<f64> {
     let mut out = Array1::zeros(n);
     out.slice_mut(ndarray::s![..v.len()]).assign(&v);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accountant::{default_orders, LifetimePlan};
+    use crate::train::{build, units};
+
+    /// The largest per-release pure eps `e` such that `releases` releases of
+    /// `PureDp(e)` fit the plan (bisection on the accountant).
+    fn per_release_allowance(plan: &LifetimePlan) -> f64 {
+        let orders = default_orders();
+        let fits = |e: f64| {
+            let c = PrivacyEvent::pure_dp(e, 1)
+                .unwrap()
+                .rdp_curve(&orders)
+                .unwrap();
+            plan.fits(&c).unwrap()
+        };
+        let (mut lo, mut hi) = (0.0, 10.0);
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Why `pdp-pmf` / `dp-pmf` state no user-level event (and so stay refused by the
+    /// service): the only honest bound is group privacy over the user's ratings, each
+    /// charged up to t per release. Under the default plan (52 releases in eps_u = 10,
+    /// delta_u = 1e-6) one release may cost a user at most `allowance` in pure eps, which
+    /// is below the default t itself: even a public cap of ONE rating per user per release
+    /// would not fit, and ML-100K's bound m = 1682 ratings gives 1682 t. The test fails if
+    /// a default or the plan changes so that a capped user-level event becomes feasible
+    /// (then implement it), or if a trainer starts stating a user-level event.
+    #[test]
+    fn user_level_group_privacy_does_not_fit_the_default_plan() {
+        let plan = LifetimePlan::new(52, 10.0, 1e-6).unwrap();
+        let allowance = per_release_allowance(&plan);
+        let pdp = build("pdp-pmf", &Params::new()).unwrap();
+        let dp = build("dp-pmf", &Params::new()).unwrap();
+        let t = DEFAULT_THRESHOLD;
+        eprintln!(
+            "per-release pure-eps allowance {allowance:.4}; pdp-pmf t = {t}: m t = {:.1} at \
+             m = 1682, {:.2}x the allowance for one rating; dp-pmf eps 0.1: {:.1}",
+            1682.0 * t,
+            t / allowance,
+            1682.0 * 0.1
+        );
+        assert!(allowance < t, "one rating at t = {t} fits {allowance}");
+        assert!(1682.0 * 0.1 > 100.0 * allowance);
+        for tr in [&pdp, &dp] {
+            assert!(tr.user_level_event(1682).is_none(), "{}", tr.name());
+            let e = units::calibrate_release(tr.as_ref(), &plan, 1682, 0.0)
+                .err()
+                .unwrap_or_else(|| panic!("{} calibrated", tr.name()));
+            assert!(
+                e.contains("cannot be calibrated") || e.contains("user-level"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -246,6 +246,9 @@ impl PaperPmf {
                 "label": PAPER_FAITHFUL,
                 "t": t,
                 "threshold": threshold_name(self.threshold),
+                // The paper's mean/max are read from the preferences present: private
+                // under add/remove, so published only under the paper-faithful label.
+                "threshold_public": matches!(self.threshold, Threshold::Fixed(_)),
                 "sensitivity": delta,
                 "d": d, "lambda_u": self.lambda_u, "lambda_v": self.lambda_v,
                 "lr": self.lr, "k1": self.k1, "k2": self.k2,
