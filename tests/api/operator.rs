@@ -207,6 +207,52 @@ async fn zero_ratio_turns_the_rule_off(url: &str) {
 }
 both_backends!(zero_ratio_turns_the_rule_off);
 
+/// Scheduled retrains never force: after a good scheduled release, the store loses all
+/// but 3 ratings and the next scheduled job is `refused`; a large release stays served.
+async fn scheduled_retrains_never_force(url: &str) {
+    let mut s = operator_settings(url);
+    s.scheduler.enabled = true;
+    s.scheduler.retrain_interval_secs = 1;
+    let (t, _) = FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    good_store(&app).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while app
+        .app_registry
+        .current()
+        .is_none_or(|p| p.popularity.iter().sum::<i64>() < 300)
+    {
+        assert!(std::time::Instant::now() < deadline, "no scheduled release");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for u in 0..40 {
+        app.delete(&format!("/v1/users/u{u}"), WRITER).await;
+    }
+    let mut id = 1;
+    let refused = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refused scheduled job"
+        );
+        let (st, j) = app.get(&format!("/v1/admin/jobs/{id}"), ADMIN).await;
+        if st == 404 || j["status"] == "running" {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        if j["status"] == "refused" {
+            break j;
+        }
+        id += 1;
+    };
+    assert_eq!(refused["kind"], "scheduled", "{refused}");
+    assert!(
+        served_total(&app).1 > 300,
+        "a large release is still served"
+    );
+    app.stop().await;
+}
+both_backends!(scheduled_retrains_never_force);
+
 /// Issue 12: a real lock-order deadlock on PostgreSQL (two transactions each holding one
 /// row and waiting for the other's) aborts one of them with 40P01; through the API's
 /// error mapping it is a 503 with Retry-After, not a 500. Deterministic: PostgreSQL
