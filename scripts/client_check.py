@@ -30,6 +30,7 @@ from dprec_client.models import (
     Ready,
     Recommendations,
     ReleaseList,
+    RetrainRequest,
 )
 
 URL = os.environ["DPREC_URL"]
@@ -47,28 +48,47 @@ def expect(resp, status, kind):
     return resp.parsed
 
 
-def main():
-    admin, reader = client(ADMIN), client(READER)
+def wait(admin, job):
+    """Polls a retrain job until it is no longer running."""
+    deadline = time.time() + 120
+    while job.status == "running":
+        assert time.time() < deadline, "retrain did not finish in 120 s"
+        time.sleep(0.2)
+        job = expect(get_job.sync_detailed(job.id, client=admin), 200, Job)
+    return job
+
+
+def probes():
     anon = Client(base_url=URL, raise_on_unexpected_status=True)
     assert expect(healthz.sync_detailed(client=anon), 200, Health).status == "ok"
     assert expect(readyz.sync_detailed(client=anon), 200, Ready).backend == "sqlite"
 
-    # Ingest: 80 users x 40 items, seeded, in batches of 500.
+
+ITEMS = [f"i{i}" for i in range(40)]
+
+
+def ingest_ratings(admin):
+    """1,000 users x 40 items (about half rated), seeded, default eps, batches of 1,000."""
     rng = random.Random(11)
     ratings = [
-        RatingIn(user=f"u{u}", item=f"i{i}", rating=float(rng.randint(1, 5)), eps=1.0)
-        for u in range(80)
-        for i in range(40)
+        RatingIn(user=f"u{u}", item=item, rating=float(rng.randint(1, 5)))
+        for u in range(1000)
+        for item in ITEMS
         if rng.random() < 0.5
     ]
-    for k in range(0, len(ratings), 500):
-        r = expect(
-            ingest.sync_detailed(client=admin, body=RatingBatch(ratings=ratings[k : k + 500])),
-            200,
-            IngestResult,
-        )
-        assert r.accepted == len(ratings[k : k + 500])
+    for k in range(0, len(ratings), 1000):
+        batch = ratings[k : k + 1000]
+        r = expect(ingest.sync_detailed(client=admin, body=RatingBatch(ratings=batch)), 200, IngestResult)
+        assert r.accepted == len(batch)
     print(f"ingested {len(ratings)} ratings")
+
+
+def main():
+    admin, reader = client(ADMIN), client(READER)
+    probes()
+    # A public item catalogue (ratings on unregistered items refused) would register
+    # ITEMS here, with one call through the generated client, before ingesting.
+    ingest_ratings(admin)
 
     # Error cases come back as Problem documents with the documented status.
     bad = RatingBatch(ratings=[RatingIn(user="u1", item="i1", rating=4.0), RatingIn(user="u1", item="i2", rating=9.0)])
@@ -84,13 +104,8 @@ def main():
     p = expect(current_model.sync_detailed(client=reader), 404, Problem)
     print("error cases: 401, 403, 404, 422, 503 decoded as Problem")
 
-    # Retrain and poll the job.
-    job = expect(retrain.sync_detailed(client=admin), 202, Job)
-    deadline = time.time() + 120
-    while job.status == "running":
-        assert time.time() < deadline, "retrain did not finish in 120 s"
-        time.sleep(0.2)
-        job = expect(get_job.sync_detailed(job.id, client=admin), 200, Job)
+    # Retrain (no body: the defaults) and poll the job.
+    job = wait(admin, expect(retrain.sync_detailed(client=admin), 202, Job))
     assert job.status == "succeeded", job
     print(f"job {job.id}: {job.status}, release {job.release_id}")
 
@@ -116,6 +131,10 @@ def main():
         f"audit: {a.releases.total} release, {len(entry.events)} RDP events; "
         f"models: {len(models.releases)}"
     )
+    # A retrain with the optional body (operator safety: force past the input rule).
+    forced = wait(admin, expect(retrain.sync_detailed(client=admin, body=RetrainRequest(force=True)), 202, Job))
+    assert forced.status == "succeeded" and forced.release_id > job.release_id, forced
+    print(f"job {forced.id} (force=True): {forced.status}, release {forced.release_id}")
     print("client check passed")
 
 

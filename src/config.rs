@@ -25,6 +25,7 @@ pub struct Settings {
     pub budget: BudgetSettings,
     pub ratings: RatingSettings,
     pub scheduler: SchedulerSettings,
+    pub retrain: RetrainSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,6 +178,25 @@ pub struct SchedulerSettings {
     /// Default: the host name and the bind address (two processes cannot bind the same
     /// address), or none when the port is 0 (then a dead lease simply expires).
     pub instance_id: Option<String>,
+}
+
+/// Operator safety of releases (issue 11).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrainSettings {
+    /// A release whose DP input total (the sum of its published DP item counts) is below
+    /// this fraction of the served release's is refused (not served; its charges stand)
+    /// unless the admin retrain says `"force": true`; scheduled retrains never force.
+    /// In [0, 1]; 0 turns the check off. See docs/LEDGER.md, "Refused releases".
+    pub min_input_ratio: f64,
+}
+
+impl Default for RetrainSettings {
+    fn default() -> Self {
+        Self {
+            min_input_ratio: 0.5,
+        }
+    }
 }
 
 impl Default for ServerSettings {
@@ -348,6 +368,10 @@ impl Settings {
         if self.scheduler.retrain_interval_secs == 0 || self.scheduler.lease_secs == 0 {
             bail!("scheduler.retrain_interval_secs and scheduler.lease_secs must be >= 1");
         }
+        let r = self.retrain.min_input_ratio;
+        if !(r.is_finite() && (0.0..=1.0).contains(&r)) {
+            bail!("retrain.min_input_ratio must be in [0, 1] (0 turns the check off), got {r}");
+        }
         if let Some(id) = &self.scheduler.instance_id {
             if id.is_empty() || id.contains('#') || id.chars().any(char::is_control) {
                 bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
@@ -427,7 +451,7 @@ pub struct EnvOverride {
 }
 
 /// The sections of the configuration file (for `DPREC_<SECTION>__<KEY>`).
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "server",
     "database",
     "auth",
@@ -435,6 +459,7 @@ const SECTIONS: [&str; 7] = [
     "budget",
     "ratings",
     "scheduler",
+    "retrain",
 ];
 
 /// The expected format of values whose type alone does not say it.
@@ -651,6 +676,26 @@ mod tests {
         let vars = [("DPREC_TRAINER__SEED".to_string(), "7".to_string())].into_iter();
         let e = Settings::from_tree_and_env(toml::Table::new(), vars).unwrap_err();
         assert!(format!("{e:#}").contains("DPREC_TRAINER__SEED"), "{e:#}");
+    }
+
+    /// Issue 11: `retrain.min_input_ratio` defaults to 0.5, is settable from the
+    /// environment, and values outside [0, 1] (or not numbers) are refused at load.
+    #[test]
+    fn min_input_ratio_is_validated() {
+        assert_eq!(Settings::default().retrain.min_input_ratio, 0.5);
+        let vars = [(
+            "DPREC_RETRAIN__MIN_INPUT_RATIO".to_string(),
+            "0".to_string(),
+        )];
+        let s = Settings::from_tree_and_env(toml::Table::new(), vars.into_iter()).unwrap();
+        assert_eq!(s.retrain.min_input_ratio, 0.0);
+        for bad in ["1.5", "-0.1", "\"half\""] {
+            let t: toml::Table = format!("[retrain]\nmin_input_ratio = {bad}\n")
+                .parse()
+                .unwrap();
+            let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
+            assert!(format!("{e:#}").contains("min_input_ratio"), "{bad}: {e:#}");
+        }
     }
 
     /// Issue 8 finding 9: the bounds on user budgets are validated at load.

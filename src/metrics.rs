@@ -60,7 +60,7 @@ impl Metrics {
         let training_runs = IntCounterVec::new(
             Opts::new(
                 "dprec_training_runs_total",
-                "Retrain jobs by outcome (succeeded, skipped, failed)",
+                "Retrain jobs by outcome (succeeded, skipped, failed, refused)",
             ),
             &["outcome"],
         )

@@ -14,28 +14,73 @@ pub struct Job {
     pub id: i64,
     /// `admin` or `scheduled`.
     pub kind: String,
-    /// `running`, `succeeded`, `skipped` or `failed`.
+    /// `running`, `succeeded`, `skipped`, `failed` or `refused` (the release's DP input
+    /// total was below `retrain.min_input_ratio` times the served release's: its charges
+    /// are committed, it is not served; retry with `"force": true` to publish it anyway).
     pub status: String,
+    /// Why the job skipped, failed or was refused (with both DP totals), or `forced: ...`
+    /// for a forced release that the rule would have refused.
     pub reason: Option<String>,
+    /// The published release (`succeeded`), or the release that holds a refused job's
+    /// charges (`refused`; not served, not listed in `GET /v1/models`).
     pub release_id: Option<i64>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
 }
 
-/// Start a retrain job (runs in the background; poll the job).
+/// Options of an admin retrain (the body is optional).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"force": false}))]
+pub struct RetrainRequest {
+    /// Publish even when the release's DP input total is below `retrain.min_input_ratio`
+    /// times the served release's (default false: such a release is refused, job status
+    /// `refused`). Scheduled retrains never force.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Start a retrain job (runs in the background; poll the job). The optional body
+/// `{"force": true}` publishes past the operator-safety rule (see `Job.status`).
 #[utoipa::path(post, path = "/v1/admin/retrain", tag = "admin",
+    request_body(content = RetrainRequest, description = "Optional (no body: `{\"force\": false}`)"),
     responses((status = 202, body = Job)), security(("api_key" = [])))]
 pub async fn retrain(
     _auth: AdminKey,
     state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let id = state.retrainer.spawn_job("admin").await?;
+    let body = retrain_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let id = state.retrainer.spawn_job("admin", body.force).await?;
     let job = state
         .store
         .job(id)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
     Ok(HttpResponse::Accepted().json(to_view(job)))
+}
+
+/// The optional body of `POST /v1/admin/retrain`: an empty one (or none) means the
+/// defaults; otherwise a JSON [`RetrainRequest`] or `null` (415 for another content type).
+async fn retrain_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<RetrainRequest, ApiError> {
+    use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+    let len = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_string());
+    let typed = req.headers().contains_key(CONTENT_TYPE);
+    if len.as_deref() == Some("0") || (!typed && len.is_none()) {
+        return Ok(RetrainRequest::default());
+    }
+    // The spec allows a JSON `null` too (an optional body, as generated clients send it).
+    let body: Option<RetrainRequest> = json_body(req, payload, limit).await?;
+    Ok(body.unwrap_or_default())
 }
 
 fn to_view(j: crate::store::JobRow) -> Job {

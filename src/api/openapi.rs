@@ -104,6 +104,34 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
     }
 }
 
+/// Operations whose JSON body may be left out (the handler then takes the defaults).
+/// utoipa marks a body required unless its type is an `Option`, and an `Option` type
+/// makes the schema `oneOf [null, ...]`, which openapi-python-client 0.29.1 turns into a
+/// call that cannot be made without a body (it JSON-encodes its `UNSET` marker): so the
+/// handler declares the plain type and this marks the body optional.
+const OPTIONAL_BODIES: [(&str, &str); 1] = [("/v1/admin/retrain", "post")];
+
+struct OptionalBodies;
+
+impl Modify for OptionalBodies {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, method) in OPTIONAL_BODIES {
+            let op = openapi
+                .paths
+                .paths
+                .get_mut(path)
+                .and_then(|item| match method {
+                    "post" => item.post.as_mut(),
+                    "put" => item.put.as_mut(),
+                    _ => None,
+                });
+            let body = op.and_then(|op| op.request_body.as_mut());
+            let body = body.unwrap_or_else(|| panic!("{method} {path} has no request body"));
+            body.required = Some(utoipa::openapi::Required::False);
+        }
+    }
+}
+
 impl Modify for StandardErrors {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
@@ -148,7 +176,7 @@ impl Modify for StandardErrors {
         health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
     ),
     components(schemas(problem::Problem)),
-    modifiers(&Security, &StandardErrors),
+    modifiers(&Security, &StandardErrors, &OptionalBodies),
     tags(
         (name = "ratings", description = "Ingestion and deletion of ratings"),
         (name = "users", description = "Privacy settings, deletion and the budget audit"),
@@ -173,6 +201,20 @@ pub fn spec_json() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The retrain body is optional and a plain object (no `null` alternative): a client
+    /// generated from the spec can call it with no body (issue 11, generated client).
+    #[test]
+    fn retrain_body_is_optional_and_not_nullable() {
+        let spec: serde_json::Value = serde_json::from_str(&spec_json()).unwrap();
+        let body = &spec["paths"]["/v1/admin/retrain"]["post"]["requestBody"];
+        assert_ne!(body["required"], serde_json::json!(true), "{body}");
+        let schema = &body["content"]["application/json"]["schema"];
+        assert_eq!(
+            schema,
+            &serde_json::json!({"$ref": "#/components/schemas/RetrainRequest"})
+        );
+    }
 
     /// Every operation that needs a key says which keys (auth::ROUTE_SCOPES), and every
     /// entry of the table is an operation.

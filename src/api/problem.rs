@@ -170,8 +170,10 @@ impl From<StoreError> for ApiError {
 /// Lock contention or an exhausted pool: transient, so a 503 with `Retry-After`, not a 500.
 /// SQLite reports a held write lock as SQLITE_BUSY (code 5, "database is locked") or
 /// SQLITE_LOCKED (code 6) once `busy_timeout` has passed; the pool reports a wait longer
-/// than its acquire timeout as `PoolTimedOut`. PostgreSQL's `lock_not_available` (55P03)
-/// and `serialization_failure` (40001) are the same kind of condition.
+/// than its acquire timeout as `PoolTimedOut`. PostgreSQL's `lock_not_available` (55P03),
+/// `serialization_failure` (40001) and `deadlock_detected` (40P01: the server aborted
+/// this transaction to break a lock cycle; a retry succeeds) are the same kind of
+/// condition (issue 12).
 pub fn is_contention(e: &StoreError) -> bool {
     match e {
         StoreError::Db(e) => is_db_contention(e),
@@ -190,7 +192,7 @@ pub fn is_db_contention(e: &sqlx::Error) -> bool {
                 .parse::<i64>()
                 .map(|c| matches!(c & 0xff, 5 | 6))
                 .unwrap_or(false);
-            sqlite_busy || code == "55P03" || code == "40001"
+            sqlite_busy || matches!(code.as_ref(), "55P03" | "40001" | "40P01")
         }
         _ => false,
     }
@@ -257,5 +259,69 @@ mod tests {
         // Not every database error is contention.
         let e: ApiError = StoreError::Db(sqlx::Error::RowNotFound).into();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    /// A database error with a given SQLSTATE / SQLite code, as the drivers report it.
+    #[derive(Debug)]
+    struct CodedError(&'static str);
+
+    impl std::fmt::Display for CodedError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error with code {} in table secret_ledger_table", self.0)
+        }
+    }
+
+    impl std::error::Error for CodedError {}
+
+    impl sqlx::error::DatabaseError for CodedError {
+        fn message(&self) -> &str {
+            "coded error in table secret_ledger_table"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn coded(code: &'static str) -> StoreError {
+        StoreError::Db(sqlx::Error::Database(Box::new(CodedError(code))))
+    }
+
+    /// Issue 12: PostgreSQL's deadlock_detected (40P01) and serialization_failure (40001)
+    /// are transient like SQLite's "database is locked": 503 + Retry-After, through both
+    /// conversions (StoreError and anyhow), never a 500 with the database's text. Other
+    /// SQLSTATEs (unique_violation 23505, the 40 class's other codes) stay 500.
+    #[test]
+    fn postgres_deadlock_and_serialization_failure_are_503() {
+        for code in ["40P01", "40001", "55P03", "5", "6", "517", "262"] {
+            let (status, body, retry) = body_of(&coded(code).into());
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{code}: {body}");
+            assert_eq!(retry.as_deref(), Some("1"), "{code}");
+            assert!(!body.contains("secret_ledger_table"), "{code}: {body}");
+            let e: ApiError = anyhow::Error::from(coded(code))
+                .context("ingesting a batch")
+                .into();
+            assert_eq!(
+                e.status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{code} via anyhow"
+            );
+        }
+        for code in ["23505", "40002", "40003", "42P01", "1", "19"] {
+            let (status, body, retry) = body_of(&coded(code).into());
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{code}: {body}");
+            assert_eq!(retry, None, "{code}");
+        }
     }
 }

@@ -19,7 +19,8 @@ use crate::ledger::SharePolicy;
 use crate::metrics::Metrics;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
 use crate::store::{
-    commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook, Store, StoreError,
+    commit_charges_only, commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook, Store,
+    StoreError,
 };
 use crate::train::{Guarantee, ReleaseCharges, TrainError, Trainer};
 use steps::{Admission, RecordInput, TrainingSet};
@@ -51,6 +52,8 @@ pub struct ReleaseConfig {
     pub lease_secs: u64,
     /// The lifetime plan the per-release costs are calibrated to (`None`: as configured).
     pub plan: Option<LifetimePlan>,
+    /// `retrain.min_input_ratio` (see [`input_shortfall`]; 0: no check).
+    pub min_input_ratio: f64,
 }
 
 impl ReleaseConfig {
@@ -72,6 +75,7 @@ impl ReleaseConfig {
                     s.budget.default_user_delta,
                 )?),
             },
+            min_input_ratio: s.retrain.min_input_ratio,
         })
     }
 }
@@ -129,6 +133,17 @@ pub enum ReleaseError {
     /// noise level fits).
     #[error("calibration to the release plan: {0}")]
     Calibration(String),
+    /// The operator-safety rule refused the release after its mechanisms ran: its
+    /// charges are committed (release `release_id`, not served).
+    #[error(
+        "refused: {shortfall}; the release's charges are committed (release {release_id}, \
+         not served: the refusal reveals its DP output); retrain with {{\"force\": true}} to \
+         publish such a release"
+    )]
+    Refused {
+        release_id: i64,
+        shortfall: InputShortfall,
+    },
     #[error("injected failure before commit: {0}")]
     Injected(InjectedFailure),
     #[error("the trained model cannot be served: {0}")]
@@ -156,12 +171,69 @@ impl ReleaseError {
     }
 }
 
+/// A release's DP input total far below the served release's (issue 11, operator
+/// safety): both totals are sums of published DP item counts (post-processing of charged
+/// outputs), so the comparison and its report spend nothing more.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InputShortfall {
+    /// Sum of this release's DP item counts.
+    pub new_total: i64,
+    /// Sum of the served release's DP item counts.
+    pub served_total: i64,
+    pub served_release: i64,
+    /// `retrain.min_input_ratio`.
+    pub min_ratio: f64,
+}
+
+impl std::fmt::Display for InputShortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the release's DP input total {} is below retrain.min_input_ratio {} x the DP \
+             input total {} of the served release {}",
+            self.new_total, self.min_ratio, self.served_total, self.served_release
+        )
+    }
+}
+
+/// The operator-safety rule (pure): the new release's DP total (sum of `new_counts`) is
+/// compared with the served release's (`served`: its id and DP counts); below
+/// `min_ratio` times the served total it falls short. No served release, a served total
+/// `<= 0` (nothing to protect) or `min_ratio == 0` never fall short.
+pub fn input_shortfall(
+    new_counts: &[i64],
+    served: Option<(i64, &[i64])>,
+    min_ratio: f64,
+) -> Option<InputShortfall> {
+    let (served_release, served_counts) = served?;
+    let served_total: i64 = served_counts.iter().sum();
+    let new_total: i64 = new_counts.iter().sum();
+    let short =
+        min_ratio > 0.0 && served_total > 0 && (new_total as f64) < min_ratio * served_total as f64;
+    short.then_some(InputShortfall {
+        new_total,
+        served_total,
+        served_release,
+        min_ratio,
+    })
+}
+
+/// A published release: its id, and a note for the job when it was forced past the
+/// operator-safety rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Released {
+    pub id: i64,
+    pub note: Option<String>,
+}
+
 /// How a retrain job ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Published(i64),
+    Published(Released),
     Skipped(String),
     Failed(String),
+    /// Refused by the operator-safety rule: release `.0` holds its charges (not served).
+    Refused(i64, String),
 }
 
 impl Outcome {
@@ -170,18 +242,38 @@ impl Outcome {
             Self::Published(_) => "succeeded",
             Self::Skipped(_) => "skipped",
             Self::Failed(_) => "failed",
+            Self::Refused(..) => "refused",
+        }
+    }
+
+    /// The job's reason and release id.
+    fn job_fields(&self) -> (Option<&str>, Option<i64>) {
+        match self {
+            Self::Published(r) => (r.note.as_deref(), Some(r.id)),
+            Self::Skipped(s) | Self::Failed(s) => (Some(s.as_str()), None),
+            Self::Refused(id, s) => (Some(s.as_str()), Some(*id)),
         }
     }
 }
 
-impl From<Result<i64, ReleaseError>> for Outcome {
-    fn from(r: Result<i64, ReleaseError>) -> Self {
+impl From<Result<Released, ReleaseError>> for Outcome {
+    fn from(r: Result<Released, ReleaseError>) -> Self {
         match r {
-            Ok(id) => Self::Published(id),
-            Err(e) if e.is_skip() => Self::Skipped(e.to_string()),
-            Err(e) => Self::Failed(e.to_string()),
+            Ok(r) => Self::Published(r),
+            Err(e) => match &e {
+                ReleaseError::Refused { release_id, .. } => {
+                    Self::Refused(*release_id, e.to_string())
+                }
+                _ if e.is_skip() => Self::Skipped(e.to_string()),
+                _ => Self::Failed(e.to_string()),
+            },
         }
     }
+}
+
+/// The pure eps a release's rating charges add up to (the `budget_spent` metric).
+fn charged(rec: &crate::store::ReleaseRecord) -> f64 {
+    rec.rating_charges.iter().map(|c| c.total()).sum()
 }
 
 /// Runs releases; one at a time per process (mutex) and per database (lease).
@@ -235,18 +327,19 @@ impl Retrainer {
         &self.holder
     }
 
-    /// Creates a job row and runs it in the background; returns the job id.
-    pub async fn spawn_job(self: &Arc<Self>, kind: &str) -> anyhow::Result<i64> {
+    /// Creates a job row and runs it in the background; returns the job id. `force`
+    /// publishes past the operator-safety rule ([`input_shortfall`]).
+    pub async fn spawn_job(self: &Arc<Self>, kind: &str, force: bool) -> anyhow::Result<i64> {
         let id = self.store.create_job(kind).await?;
         let me = self.clone();
-        tokio::spawn(async move { me.run_job(id).await });
+        tokio::spawn(async move { me.run_job(id, force).await });
         Ok(id)
     }
 
     /// Runs job `id` to completion and records its outcome.
-    pub async fn run_job(&self, id: i64) -> Outcome {
+    pub async fn run_job(&self, id: i64, force: bool) -> Outcome {
         let started = Instant::now();
-        let outcome = self.run_release(Some(id)).await;
+        let outcome = self.run_release(Some(id), force).await;
         self.metrics
             .training_duration
             .observe(started.elapsed().as_secs_f64());
@@ -254,14 +347,12 @@ impl Retrainer {
             .training_runs
             .with_label_values(&[outcome.status()])
             .inc();
-        let (reason, release) = match &outcome {
-            Outcome::Published(r) => (None, Some(*r)),
-            Outcome::Skipped(s) | Outcome::Failed(s) => (Some(s.as_str()), None),
-        };
+        let (reason, release) = outcome.job_fields();
         match &outcome {
             Outcome::Failed(r) => log::error!("retrain job {id} failed: {r}"),
             Outcome::Skipped(r) => log::info!("retrain job {id} skipped: {r}"),
-            Outcome::Published(r) => log::info!("retrain job {id} published release {r}"),
+            Outcome::Refused(_, r) => log::warn!("retrain job {id} {r}"),
+            Outcome::Published(r) => log::info!("retrain job {id} published release {}", r.id),
         }
         if let Err(e) = self
             .store
@@ -275,13 +366,17 @@ impl Retrainer {
     }
 
     /// One release attempt (no job bookkeeping).
-    pub async fn run_release(&self, job_id: Option<i64>) -> Outcome {
-        Outcome::from(self.locked_release(job_id).await)
+    pub async fn run_release(&self, job_id: Option<i64>, force: bool) -> Outcome {
+        Outcome::from(self.locked_release(job_id, force).await)
     }
 
     /// Takes the process mutex and the database lease, runs [`Self::release`], gives the
     /// lease back.
-    async fn locked_release(&self, job_id: Option<i64>) -> Result<i64, ReleaseError> {
+    async fn locked_release(
+        &self,
+        job_id: Option<i64>,
+        force: bool,
+    ) -> Result<Released, ReleaseError> {
         let Ok(_local) = self.busy.try_lock() else {
             return Err(ReleaseError::Busy);
         };
@@ -323,7 +418,7 @@ impl Retrainer {
                 }
             })
         };
-        let result = self.release(job_id).await;
+        let result = self.release(job_id, force).await;
         let _ = stop.send(());
         let _ = renewer.await;
         if let Err(e) = self.store.release_lease(&self.holder).await {
@@ -333,8 +428,14 @@ impl Retrainer {
     }
 
     /// The release pipeline (under the lease). Nothing is charged unless the commit
-    /// succeeds; the served model changes only after it.
-    pub async fn release(&self, job_id: Option<i64>) -> Result<i64, ReleaseError> {
+    /// succeeds; the served model changes only after it. A release whose DP input total
+    /// falls short of the served one's ([`input_shortfall`]) commits its charges and is
+    /// not served, unless `force`.
+    pub async fn release(
+        &self,
+        job_id: Option<i64>,
+        force: bool,
+    ) -> Result<Released, ReleaseError> {
         let snap = self.store.snapshot().await?;
         let Admission {
             plan,
@@ -383,11 +484,48 @@ impl Retrainer {
         // Served through the ranker only if it was stored with the release (a restart
         // must answer the same).
         let ranker = if stored { fitted.ranker } else { None };
+        let shortfall = self.input_shortfall(&popularity.counts);
         let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
-        let release_id =
-            commit_release(&self.store, &rec, self.hooks.inside_commit.as_deref()).await?;
-        self.publish(published, release_id, &rec, &plan);
-        Ok(release_id)
+        self.commit(published, &rec, &plan, shortfall, force).await
+    }
+
+    /// [`input_shortfall`] of a release's DP counts against the served model's.
+    fn input_shortfall(&self, counts: &[i64]) -> Option<InputShortfall> {
+        let served = self.registry.current();
+        let served = served
+            .as_ref()
+            .map(|p| (p.release_id, p.popularity.as_slice()));
+        input_shortfall(counts, served, self.config.min_input_ratio)
+    }
+
+    /// Commits the release and serves it, or (short of input and not forced) commits its
+    /// charges only and refuses it.
+    async fn commit(
+        &self,
+        published: Published,
+        rec: &crate::store::ReleaseRecord,
+        plan: &crate::ledger::Plan,
+        shortfall: Option<InputShortfall>,
+        force: bool,
+    ) -> Result<Released, ReleaseError> {
+        let hook = self.hooks.inside_commit.as_deref();
+        if let (Some(shortfall), false) = (shortfall, force) {
+            // The mechanisms ran and the refusal (with both totals) reveals their output:
+            // the charges stand, the model is not stored (docs/LEDGER.md).
+            let release_id = commit_charges_only(&self.store, rec, hook).await?;
+            self.metrics.budget_spent.inc_by(charged(rec));
+            return Err(ReleaseError::Refused {
+                release_id,
+                shortfall,
+            });
+        }
+        let id = commit_release(&self.store, rec, hook).await?;
+        self.publish(published, id, rec, plan);
+        let note = shortfall.map(|s| format!("forced: published although {s}"));
+        if let Some(n) = &note {
+            log::warn!("release {id} {n}");
+        }
+        Ok(Released { id, note })
     }
 
     /// The last published proven model, re-indexed to this release's users and items
@@ -428,12 +566,11 @@ impl Retrainer {
     ) {
         published.release_id = release_id;
         self.registry.publish(Arc::new(published));
-        let charged: f64 = rec.rating_charges.iter().map(|c| c.total()).sum();
         self.metrics.model_version.set(release_id);
         self.metrics
             .model_published_at
             .set(now_ms() as f64 / 1000.0);
-        self.metrics.budget_spent.inc_by(charged);
+        self.metrics.budget_spent.inc_by(charged(rec));
         self.metrics
             .ratings_exhausted
             .set(plan.ratings_exhausted as i64);
@@ -455,5 +592,58 @@ impl Retrainer {
             .set(row.release.created_at as f64 / 1000.0);
         self.registry.publish(Arc::new(p));
         Ok(Some(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator-safety rule: below `min_ratio` x the served DP total falls short
+    /// (with both totals), at or above it does not; no served release, a served total
+    /// <= 0 or a ratio of 0 never fall short.
+    #[test]
+    fn input_shortfall_compares_dp_totals() {
+        let served = [100, 60, 40]; // total 200
+        let s = input_shortfall(&[50, 40, 9], Some((7, &served[..])), 0.5).unwrap();
+        assert_eq!(
+            s,
+            InputShortfall {
+                new_total: 99,
+                served_total: 200,
+                served_release: 7,
+                min_ratio: 0.5
+            }
+        );
+        assert!(s.to_string().contains("99") && s.to_string().contains("200"));
+        assert_eq!(
+            input_shortfall(&[50, 40, 10], Some((7, &served[..])), 0.5),
+            None
+        );
+        assert_eq!(
+            input_shortfall(&[3, -2, 0], Some((7, &served[..])), 0.0),
+            None
+        );
+        assert_eq!(input_shortfall(&[3, -2, 0], None, 0.5), None);
+        assert_eq!(input_shortfall(&[3], Some((7, &[-5, 2][..])), 0.5), None);
+        assert!(input_shortfall(&[199], Some((7, &served[..])), 1.0).is_some());
+        // A negative DP total (noise on an almost empty store) falls short.
+        assert!(input_shortfall(&[-4, 1], Some((7, &served[..])), 0.1).is_some());
+    }
+
+    /// A refusal is its own job status with the release that holds the charges.
+    #[test]
+    fn refused_outcome_keeps_the_release_id() {
+        let shortfall = input_shortfall(&[1], Some((3, &[10][..])), 0.5).unwrap();
+        let o = Outcome::from(Err(ReleaseError::Refused {
+            release_id: 9,
+            shortfall,
+        }));
+        assert_eq!(o.status(), "refused");
+        let (reason, release) = o.job_fields();
+        assert_eq!(release, Some(9));
+        assert!(reason.unwrap().contains("release 9"), "{reason:?}");
+        let o = Outcome::from(Err(ReleaseError::LeaseHeld));
+        assert_eq!((o.status(), o.job_fields().1), ("skipped", None));
     }
 }

@@ -51,11 +51,12 @@ impl Retrainer {
         }
     }
 
-    /// One tick of the scheduler: a scheduled release.
+    /// One tick of the scheduler: a scheduled release (never forced past the
+    /// operator-safety rule).
     async fn scheduled_tick(&self) {
         match self.store.create_job("scheduled").await {
             Ok(id) => {
-                self.run_job(id).await;
+                self.run_job(id, false).await;
             }
             Err(e) => {
                 self.metrics.store_errors.inc();

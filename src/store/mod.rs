@@ -25,8 +25,8 @@ pub use audit::{RatingAuditRow, UserReleaseCharge};
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
 pub use releases::{
-    commit_release, CommitError, CommitPoint, InsideTxHook, ModelRow, RatingChargeRow,
-    ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
+    commit_charges_only, commit_release, CommitError, CommitPoint, InsideTxHook, ModelRow,
+    RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 
 use std::collections::BTreeMap;

@@ -352,6 +352,27 @@ pub async fn commit_release(
     rec: &ReleaseRecord,
     hook: Option<&InsideTxHook>,
 ) -> Result<i64, CommitError> {
+    commit(store, rec, hook, true).await
+}
+
+/// Records `rec`'s charges exactly as [`commit_release`] does, without storing its model:
+/// the release row and its charges exist (audited), nothing is served or listed. For a
+/// release refused after its mechanisms ran (the refusal reveals their output, so their
+/// charges stand; docs/LEDGER.md, "Refused releases").
+pub async fn commit_charges_only(
+    store: &Store,
+    rec: &ReleaseRecord,
+    hook: Option<&InsideTxHook>,
+) -> Result<i64, CommitError> {
+    commit(store, rec, hook, false).await
+}
+
+async fn commit(
+    store: &Store,
+    rec: &ReleaseRecord,
+    hook: Option<&InsideTxHook>,
+    publish: bool,
+) -> Result<i64, CommitError> {
     let started = Instant::now();
     let (costs, users) = user_costs(rec)?;
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
@@ -369,10 +390,14 @@ pub async fn commit_release(
             chunk: k,
             chunks: n,
         };
-        let res = commit_chunk(
-            store, rec, &users, &ratings, &costs, chunk, point, release_id, hook,
-        )
-        .await;
+        let ctx = ChunkCtx {
+            rec,
+            users: &users,
+            ratings: &ratings,
+            costs: &costs,
+            publish,
+        };
+        let res = commit_chunk(store, &ctx, chunk, point, release_id, hook).await;
         match res {
             Ok(id) => release_id = Some(id),
             Err(e) => {
@@ -414,19 +439,32 @@ pub async fn commit_release(
     Ok(id)
 }
 
+/// What every ledger transaction of one commit shares.
+struct ChunkCtx<'a> {
+    rec: &'a ReleaseRecord,
+    users: &'a [(&'a str, usize)],
+    ratings: &'a [&'a RatingChargeRow],
+    costs: &'a [UserCost],
+    /// Whether the last transaction stores the model (publishes the release).
+    publish: bool,
+}
+
 /// One ledger transaction of a commit; returns the release id (inserted by the first).
-#[allow(clippy::too_many_arguments)]
 async fn commit_chunk(
     store: &Store,
-    rec: &ReleaseRecord,
-    users: &[(&str, usize)],
-    ratings: &[&RatingChargeRow],
-    costs: &[UserCost],
+    ctx: &ChunkCtx<'_>,
     chunk: &Chunk,
     point: CommitPoint,
     release_id: Option<i64>,
     hook: Option<&InsideTxHook>,
 ) -> Result<i64, CommitError> {
+    let ChunkCtx {
+        rec,
+        users,
+        ratings,
+        costs,
+        publish,
+    } = *ctx;
     let _gate = store.write_gate().await;
     let mut tx = store.begin_exclusive().await?;
     let id = match release_id {
@@ -439,7 +477,7 @@ async fn commit_chunk(
     for part in ratings[chunk.ratings.clone()].chunks(RATING_STMT) {
         charge_ratings(store, &mut tx, id, rec, part).await?;
     }
-    if point.chunk + 1 == point.chunks {
+    if publish && point.chunk + 1 == point.chunks {
         sqlx::query(
             "INSERT INTO models (release_id, model, users, items, popularity) \
              VALUES ($1, $2, $3, $4, $5)",

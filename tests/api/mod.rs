@@ -17,6 +17,7 @@ mod lease;
 mod ledger;
 mod models;
 mod nbm;
+mod operator;
 mod private_gd;
 mod ratings;
 mod recommend;
