@@ -13,6 +13,7 @@ import time
 
 from dprec_client import AuthenticatedClient, Client
 from dprec_client.api.admin import get_job, retrain
+from dprec_client.api.items import list_items, register_items
 from dprec_client.api.models import current_model, list_models
 from dprec_client.api.ops import healthz, readyz
 from dprec_client.api.ratings import ingest
@@ -23,11 +24,14 @@ from dprec_client.models import (
     CurrentModel,
     Health,
     IngestResult,
+    ItemBatch,
     Job,
     Problem,
     RatingBatch,
     RatingIn,
     Ready,
+    RegisterResult,
+    Catalogue,
     Recommendations,
     ReleaseList,
 )
@@ -53,6 +57,13 @@ def main():
     assert expect(healthz.sync_detailed(client=anon), 200, Health).status == "ok"
     assert expect(readyz.sync_detailed(client=anon), 200, Ready).backend == "sqlite"
 
+    # The catalogue first: ratings never create items.
+    items = [f"i{i}" for i in range(40)]
+    r = expect(register_items.sync_detailed(client=admin, body=ItemBatch(items=items)), 200, RegisterResult)
+    assert r.accepted == 40, r
+    cat = expect(list_items.sync_detailed(client=reader, limit=100), 200, Catalogue)
+    assert cat.total == 40 and cat.items == sorted(items), cat
+
     # Ingest: 80 users x 40 items, seeded, in batches of 500.
     rng = random.Random(11)
     ratings = [
@@ -66,6 +77,7 @@ def main():
             ingest.sync_detailed(client=admin, body=RatingBatch(ratings=ratings[k : k + 500])),
             200,
             IngestResult,
+    ItemBatch,
         )
         assert r.accepted == len(ratings[k : k + 500])
     print(f"ingested {len(ratings)} ratings")
