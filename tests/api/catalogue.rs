@@ -223,3 +223,134 @@ async fn public_answers_do_not_reveal_a_new_user(url: &str) {
     }
 }
 both_backends!(public_answers_do_not_reveal_a_new_user);
+
+/// The catalogue's own endpoints: registration is a writer's, validated and idempotent;
+/// the list is public and paginated; a rating (raw) of an unregistered item is refused
+/// with the field and the way to register it, and changes nothing; similar items is 404
+/// only outside the catalogue; a public key reads no user, existing or not.
+async fn catalogue_endpoints(url: &str) {
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    for (key, status) in [(READER, 403), (PUBLIC, 403), ("", 401)] {
+        let r = app
+            .send(
+                app.client
+                    .post(app.url("/v1/admin/items"))
+                    .bearer_auth(key)
+                    .json(&json!({"items": ["x"]})),
+            )
+            .await;
+        assert_eq!(r.status, status, "{key}: {}", r.text);
+    }
+    for (body, field) in [
+        (json!({"items": []}), "items"),
+        (json!({"items": ["ok", " padded"]}), "items[1]"),
+        (json!({"items": ["ok", ""]}), "items[1]"),
+        (json!({"items": "a0"}), "items"),
+    ] {
+        let (st, p) = app.post("/v1/admin/items", WRITER, &body).await;
+        assert_eq!((st, p["field"].as_str()), (422, Some(field)), "{body}: {p}");
+    }
+    let (st, r) = app
+        .post(
+            "/v1/admin/items",
+            WRITER,
+            &json!({"items": ["b", "a", "c", "a"]}),
+        )
+        .await;
+    assert_eq!(
+        (st, &r["accepted"], &r["created"]),
+        (200, &json!(3), &json!(3)),
+        "{r}"
+    );
+    let (st, r) = app
+        .post("/v1/admin/items", ADMIN, &json!({"items": ["a", "d"]}))
+        .await;
+    assert_eq!((st, &r["created"]), (200, &json!(1)), "{r}");
+    let (st, page) = app.get("/v1/items?limit=2&offset=1", PUBLIC).await;
+    assert_eq!(st, 200, "{page}");
+    assert_eq!(page["items"], json!(["b", "c"]));
+    assert_eq!(page["total"], 4);
+    let (st, p) = app.get("/v1/items?limit=0", PUBLIC).await;
+    assert_eq!((st, p["field"].as_str()), (422, Some("limit")));
+
+    let before = app.store.fingerprint().await.unwrap();
+    let batch = json!({"ratings": [
+        {"user": "u1", "item": "a", "rating": 4.0},
+        {"user": "u1", "item": "nowhere", "rating": 4.0},
+    ]});
+    let (st, p) = app.post("/v1/ratings", WRITER, &batch).await;
+    assert_eq!(
+        (st, p["field"].as_str()),
+        (422, Some("ratings[1].item")),
+        "{p}"
+    );
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("POST /v1/admin/items"),
+        "{p}"
+    );
+    assert_eq!(
+        app.store.fingerprint().await.unwrap(),
+        before,
+        "nothing stored"
+    );
+    let (st, p) = app.get("/v1/items", PUBLIC).await;
+    assert_eq!(
+        (st, &p["total"]),
+        (200, &json!(4)),
+        "a refused rating created no item"
+    );
+
+    let rows: Vec<(String, String, f64, Option<f64>)> = (0..30)
+        .flat_map(|u| ["a", "b", "c"].map(|i| (format!("u{u}"), i.to_string(), 5.0, Some(10.0))))
+        .collect();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = rows
+        .iter()
+        .map(|(u, i, v, e)| (u.as_str(), i.as_str(), *v, *e))
+        .collect();
+    app.ingest_registered(&rows).await;
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    app.register(&["late"]).await;
+    // "late" (registered after the release) answers like a catalogue item without a DP
+    // profile; "d" (nobody rated it) like any item of the release: by its DP profile if
+    // its noisy count made it a candidate (a DP output), else by DP popularity. An id
+    // outside the catalogue is 404.
+    let (st, s) = app.get("/v1/items/late/similar?n=2", PUBLIC).await;
+    assert_eq!(st, 200, "{s}");
+    assert_eq!(
+        (&s["fallback"], &s["source"]),
+        (&json!(true), &json!("popularity"))
+    );
+    let profiles = app.item_profiles().await;
+    let d = profiles.items.iter().find(|p| p.item == "d").unwrap();
+    let (st, s) = app.get("/v1/items/d/similar?n=2", PUBLIC).await;
+    assert_eq!(st, 200, "{s}");
+    let candidate = d.factors.iter().any(|&f| f != 0.0);
+    assert_eq!(s["fallback"], json!(!candidate), "{s} {d:?}");
+    let (st, _) = app.get("/v1/items/nowhere/similar", PUBLIC).await;
+    assert_eq!(st, 404);
+    // A user's profile and recommendations: the same 403 to a public key and to another
+    // user's token, whether or not the user exists.
+    let other = app.create_key("user", Some("u2")).await;
+    for key in [PUBLIC, other.key.as_str()] {
+        let mut answers = Vec::new();
+        for u in ["u1", "ghost"] {
+            for path in [
+                format!("/v1/models/current/users/{u}"),
+                format!("/v1/users/{u}/recommendations"),
+            ] {
+                let (st, p) = app.get(&path, key).await;
+                assert_eq!(st, 403, "{path}: {p}");
+                answers.push(p["detail"].as_str().unwrap().replace(u, "U"));
+            }
+        }
+        assert_eq!(answers[..2], answers[2..]);
+    }
+    app.stop().await;
+}
+both_backends!(catalogue_endpoints);
