@@ -52,36 +52,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let reader = BufReader::new(
         std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?,
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let api = Api {
-        rt,
-        client: reqwest::Client::new(),
-        base: args.url.trim_end_matches('/').to_string(),
-        key: args.api_key.clone(),
-    };
-    // The catalogue file's items, or `None`: register each batch's items as they come.
-    let mut registered: Option<HashSet<String>> = None;
-    match movielens::catalogue_file(&file, format) {
-        Some(cat) => {
-            let ids = movielens::read_catalogue(&cat)?;
-            let created = api.register(&ids, args.batch)?;
-            println!(
-                "registered the catalogue of {}: {} items ({created} new)",
-                cat.display(),
-                ids.len()
-            );
-        }
-        None => {
-            println!(
-                "no u.item, movies.dat or movies.csv beside {}: registering the distinct \
-                 items of the ratings file as the catalogue",
-                file.display()
-            );
-            registered = Some(HashSet::new());
-        }
-    }
+    let api = Api::new(&args)?;
+    // `Some`: no catalogue file, each batch's new items are registered as they come.
+    let mut registered = register_catalogue(&api, &file, format, args.batch)?;
     let bar = ProgressBar::new(size);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
@@ -92,15 +65,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let mut read = 0u64;
     let mut post = |batch: &mut Vec<serde_json::Value>| -> anyhow::Result<()> {
         if let Some(seen) = registered.as_mut() {
-            let new: Vec<String> = batch
-                .iter()
-                .filter_map(|r| r["item"].as_str())
-                .filter(|i| seen.insert(i.to_string()))
-                .map(str::to_string)
-                .collect();
-            if !new.is_empty() {
-                api.register(&new, args.batch)?;
-            }
+            api.register_new(seen, batch, args.batch)?;
         }
         api.post("/v1/ratings", &json!({"ratings": batch}))?;
         batch.clear();
@@ -143,6 +108,33 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Registers the catalogue file beside `file` (`u.item`, `movies.dat`, `movies.csv`) and
+/// returns `None`; without one, says so and returns the (empty) set of items registered
+/// so far, to be filled batch by batch from the ratings file.
+fn register_catalogue(
+    api: &Api,
+    file: &std::path::Path,
+    format: Format,
+    batch: usize,
+) -> anyhow::Result<Option<HashSet<String>>> {
+    let Some(cat) = movielens::catalogue_file(file, format) else {
+        println!(
+            "no u.item, movies.dat or movies.csv beside {}: registering the distinct items \
+             of the ratings file as the catalogue",
+            file.display()
+        );
+        return Ok(Some(HashSet::new()));
+    };
+    let ids = movielens::read_catalogue(&cat)?;
+    let created = api.register(&ids, batch)?;
+    println!(
+        "registered the catalogue of {}: {} items ({created} new)",
+        cat.display(),
+        ids.len()
+    );
+    Ok(None)
+}
+
 /// The service, as `dprec import` calls it.
 struct Api {
     rt: tokio::runtime::Runtime,
@@ -152,6 +144,36 @@ struct Api {
 }
 
 impl Api {
+    fn new(args: &ImportArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            client: reqwest::Client::new(),
+            base: args.url.trim_end_matches('/').to_string(),
+            key: args.api_key.clone(),
+        })
+    }
+
+    /// Registers the items of `ratings` not in `seen` (and adds them to it).
+    fn register_new(
+        &self,
+        seen: &mut HashSet<String>,
+        ratings: &[serde_json::Value],
+        batch: usize,
+    ) -> anyhow::Result<()> {
+        let new: Vec<String> = ratings
+            .iter()
+            .filter_map(|r| r["item"].as_str())
+            .filter(|i| seen.insert(i.to_string()))
+            .map(str::to_string)
+            .collect();
+        if !new.is_empty() {
+            self.register(&new, batch)?;
+        }
+        Ok(())
+    }
+
     /// POSTs `body` to `path`; the JSON answer, or an error with the service's problem.
     fn post(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
         let mut req = self.client.post(format!("{}{path}", self.base)).json(body);

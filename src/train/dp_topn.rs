@@ -900,7 +900,7 @@ mod tests {
         };
         let a = run(&r, &vec![f64::INFINITY; r.len()]);
         let mut b2 = vec![f64::INFINITY; r.len()];
-        b2.push(1e-3);
+        b2.push(0.05);
         let b = run(&r2, &b2);
         // The new rating was offered at a rate below 1 (a coin flip was drawn).
         assert!(b
