@@ -900,7 +900,8 @@ mod tests {
         };
         let a = run(&r, &vec![f64::INFINITY; r.len()]);
         let mut b2 = vec![f64::INFINITY; r.len()];
-        b2.push(0.05);
+        // Half of what full participation costs: RSM-sampled at a rate in (0, 1).
+        b2.push(t.rating_cap().unwrap() / 2.0);
         let b = run(&r2, &b2);
         // The new rating was offered at a rate below 1 (a coin flip was drawn).
         assert!(b
