@@ -13,6 +13,7 @@ import time
 
 from dprec_client import AuthenticatedClient, Client
 from dprec_client.api.admin import get_job, retrain
+from dprec_client.api.items import list_items, register_items
 from dprec_client.api.models import current_model, list_models
 from dprec_client.api.ops import healthz, readyz
 from dprec_client.api.ratings import ingest
@@ -23,11 +24,14 @@ from dprec_client.models import (
     CurrentModel,
     Health,
     IngestResult,
+    ItemBatch,
     Job,
     Problem,
     RatingBatch,
     RatingIn,
     Ready,
+    RegisterResult,
+    Catalogue,
     Recommendations,
     ReleaseList,
     RetrainRequest,
@@ -67,6 +71,14 @@ def probes():
 ITEMS = [f"i{i}" for i in range(40)]
 
 
+def register_catalogue(admin, reader):
+    """The public catalogue first: ratings never create items."""
+    r = expect(register_items.sync_detailed(client=admin, body=ItemBatch(items=ITEMS)), 200, RegisterResult)
+    assert r.accepted == len(ITEMS), r
+    cat = expect(list_items.sync_detailed(client=reader, limit=100), 200, Catalogue)
+    assert cat.total == len(ITEMS) and cat.items == sorted(ITEMS), cat
+
+
 def ingest_ratings(admin):
     """1,000 users x 40 items (about half rated), seeded, default eps, batches of 1,000."""
     rng = random.Random(11)
@@ -86,8 +98,7 @@ def ingest_ratings(admin):
 def main():
     admin, reader = client(ADMIN), client(READER)
     probes()
-    # A public item catalogue (ratings on unregistered items refused) would register
-    # ITEMS here, with one call through the generated client, before ingesting.
+    register_catalogue(admin, reader)
     ingest_ratings(admin)
 
     # Error cases come back as Problem documents with the documented status.

@@ -6,7 +6,7 @@
 //! the operating system's entropy source. Seeded runs use the same generator type keyed
 //! from the seed, so the code path is identical and only the key differs.
 
-use rand::SeedableRng;
+use rand::{RngCore, SeedableRng};
 
 /// The generator used for all privacy noise and all training randomness.
 pub type DpRng = rand_chacha::ChaCha20Rng;
@@ -27,4 +27,14 @@ pub fn from_seed_or_os(seed: Option<u64>) -> DpRng {
         Some(s) => seeded(s),
         None => from_os(),
     }
+}
+
+/// A child generator keyed from 32 bytes of `parent` (always exactly 32 bytes, whatever
+/// the child is used for). A mechanism that draws its sampling from one child and its
+/// noise from another, both split off before any data is seen, draws the same noise
+/// whatever the data (a new user's coin flips do not shift the noise stream).
+pub fn split(parent: &mut DpRng) -> DpRng {
+    let mut key = [0u8; 32];
+    parent.fill_bytes(&mut key);
+    DpRng::from_seed(key)
 }

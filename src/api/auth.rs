@@ -3,11 +3,12 @@
 //!
 //! | role     | may call                                                                    |
 //! |----------|-----------------------------------------------------------------------------|
-//! | `public` | the published DP model and the release list (`/v1/models*`, similar items)  |
+//! | `public` | the published DP model, the release list and the item catalogue            |
+//! |          | (`/v1/models*`, `/v1/items`, similar items)                                 |
 //! | `user`   | the above, and its OWN user's recommendations, budget audit, settings and   |
 //! |          | published profile (a token is bound to one user id; 403 for any other user) |
 //! | `reader` | service reader (the curator's backend): every read, for every user          |
-//! | `writer` | reader, plus ingestion, deletion and settings                               |
+//! | `writer` | reader, plus ingestion, deletion, settings and item registration            |
 //! | `admin`  | everything, including retrains, jobs and key management                     |
 //!
 //! Roles are ordered public < user < reader < writer < admin; a route names the lowest
@@ -255,6 +256,12 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
         "that user's `user` token, reader, writer, admin (403 for a public key or another \
          user's token)",
     ),
+    (
+        "/v1/items",
+        "get",
+        "any key: public, user, reader, writer, admin",
+    ),
+    ("/v1/admin/items", "post", "writer, admin"),
     (
         "/v1/items/{item}/similar",
         "get",

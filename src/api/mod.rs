@@ -4,6 +4,7 @@ pub mod admin;
 pub mod auth;
 pub mod domain;
 pub mod health;
+pub mod items;
 pub mod models;
 pub mod openapi;
 pub mod private_gd;
@@ -173,11 +174,13 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/users/{user}/settings", "GET, HEAD, PUT"),
     ("/v1/users/{user}/budget", "GET, HEAD"),
     ("/v1/users/{user}/recommendations", "GET, HEAD"),
+    ("/v1/items", "GET, HEAD"),
     ("/v1/items/{item}/similar", "GET, HEAD"),
     ("/v1/models", "GET, HEAD"),
     ("/v1/models/current", "GET, HEAD"),
     ("/v1/models/current/items", "GET, HEAD"),
     ("/v1/models/current/users/{user}", "GET, HEAD"),
+    ("/v1/admin/items", "POST"),
     ("/v1/admin/retrain", "POST"),
     ("/v1/admin/jobs/{id}", "GET, HEAD"),
     ("/v1/admin/keys", "GET, HEAD, POST"),
@@ -233,6 +236,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     web::resource("/users/{user}/recommendations")
                         .route(get().to(recommend::recommendations)),
                 )
+                .service(web::resource("/items").route(get().to(items::list)))
                 .service(web::resource("/items/{item}/similar").route(get().to(recommend::similar)))
                 .service(web::resource("/models").route(get().to(models::list)))
                 .service(web::resource("/models/current").route(get().to(models::current)))
@@ -243,6 +247,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     web::resource("/models/current/users/{user}")
                         .route(get().to(models::user_profile)),
                 )
+                .service(web::resource("/admin/items").post(items::register))
                 .service(web::resource("/admin/retrain").post(admin::retrain))
                 .service(web::resource("/admin/jobs/{id}").route(get().to(admin::job)))
                 .service(

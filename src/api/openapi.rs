@@ -7,18 +7,19 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, health, models, private_gd, problem, ratings, recommend, users};
+use super::{admin, health, items, models, private_gd, problem, ratings, recommend, users};
 
 struct Security;
 
 /// The key scopes (DESIGN 6), as the security scheme's description.
 const KEY_SCOPES: &str = "API key as `Authorization: Bearer KEY` (or the X-Api-Key header). \
-Roles, lowest first: `public` (the published DP model and the release list only: \
-/v1/models*, similar items; no recommendations, no audit), `user` (a token bound to one \
+Roles, lowest first: `public` (the published DP model, the release list and the item \
+catalogue only: /v1/models*, /v1/items, similar items; no recommendations, no audit, no user \
+profile), `user` (a token bound to one \
 user id: that user's recommendations, budget audit, settings and published profile, 403 \
 for any other user; plus what `public` reads), `reader` (service reader, the curator's \
-backend: every read for every user), `writer` (reader plus ingestion, deletion and \
-settings), `admin` (everything, including retrains, jobs, key management and the \
+backend: every read for every user), `writer` (reader plus ingestion, deletion, \
+settings and item registration), `admin` (everything, including retrains, jobs, key management and the \
 data-dependent /metrics). Admins create keys with POST /v1/admin/keys (or `dprec keys \
 create --role ROLE [--user ID]`); only the key's SHA-256 is stored. Each operation's \
 description ends with the keys it accepts.";
@@ -169,6 +170,7 @@ impl Modify for StandardErrors {
     paths(
         ratings::ingest, ratings::delete_rating,
         users::get_settings, users::put_settings, users::delete_user, users::audit,
+        items::register, items::list,
         recommend::recommendations, recommend::similar,
         models::list, models::current, models::item_profiles, models::user_profile,
         admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
@@ -180,6 +182,7 @@ impl Modify for StandardErrors {
     tags(
         (name = "ratings", description = "Ingestion and deletion of ratings"),
         (name = "users", description = "Privacy settings, deletion and the budget audit"),
+        (name = "items", description = "The public item catalogue: registered by writers or `dprec import`, never created by ratings"),
         (name = "recommendations", description = "Top-N and similar items from the served model"),
         (name = "models", description = "Releases and published DP profiles"),
         (name = "admin", description = "Retraining and API keys"),

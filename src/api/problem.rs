@@ -155,6 +155,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound => Self::not_found("not found"),
+            StoreError::NotInCatalogue(item) => Self::invalid(
+                "item",
+                format!("item {item:?} is not in the catalogue (POST /v1/admin/items)"),
+            ),
             StoreError::Conflict(detail) => {
                 Self::new(StatusCode::CONFLICT, "Conflict", detail).with_field("ratings")
             }

@@ -10,7 +10,7 @@ use super::auth::WriterKey;
 use super::domain::{Epsilon, Id, RatingValue};
 use super::{json_body, path_id, ApiError, AppState};
 use crate::ldp::LdpClaim;
-use crate::store::{Defaults, NewRating};
+use crate::store::{Defaults, NewRating, StoreError};
 
 /// One rating as sent by a client: either a raw rating (optionally with its lifetime
 /// budget `eps`) or a rating perturbed on the client under local DP (with `ldp`, see
@@ -20,6 +20,8 @@ use crate::store::{Defaults, NewRating};
 #[schema(example = json!({"user": "u1", "item": "i42", "rating": 4.0, "eps": 0.5}))]
 pub struct RatingIn {
     pub user: String,
+    /// A registered item (`POST /v1/admin/items`, `dprec import`): a rating never
+    /// creates an item, one outside the catalogue is refused (422 `ratings[k].item`).
     pub item: String,
     /// On the configured scale (default 1..5 in steps of 0.5). With `ldp`: the perturbed
     /// value, any real number in `[ldp.lower, ldp.upper]`.
@@ -125,7 +127,7 @@ pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRat
         (status = 413, description = "Body or batch too large", body = super::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not application/json", body = super::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Conflict with stored state (LDP over a raw rating, re-rating an LDP pair, user budget cannot take a local eps); nothing stored", body = super::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field (path with index)", body = super::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field (path with index), or an item outside the catalogue (`ratings[k].item`; register it with POST /v1/admin/items)", body = super::Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = [])))]
 pub async fn ingest(
@@ -142,13 +144,14 @@ pub async fn ingest(
         user_eps: b.default_user_eps,
         user_delta: b.default_user_delta,
     };
-    let created = state
-        .store
-        .upsert_ratings(&ratings, defaults)
-        .await
-        .inspect_err(|_| {
+    let created = match state.store.upsert_ratings(&ratings, defaults).await {
+        Ok(n) => n,
+        Err(StoreError::NotInCatalogue(item)) => return Err(not_in_catalogue(&ratings, &item)),
+        Err(e) => {
             state.metrics.store_errors.inc();
-        })?;
+            return Err(e.into());
+        }
+    };
     state
         .user_facts
         .invalidate(ratings.iter().map(|r| r.user.as_str()));
@@ -157,6 +160,18 @@ pub async fn ingest(
         accepted: ratings.len(),
         created,
     }))
+}
+
+/// 422 for the first rating of the batch whose item is not registered.
+fn not_in_catalogue(ratings: &[NewRating], item: &str) -> ApiError {
+    let k = ratings.iter().position(|r| r.item == item).unwrap_or(0);
+    ApiError::invalid(
+        format!("ratings[{k}].item"),
+        format!(
+            "item {item:?} is not in the catalogue; register it first with POST \
+             /v1/admin/items {{\"items\": [{item:?}]}} (writer key) or `dprec import`"
+        ),
+    )
 }
 
 /// Delete one rating: its value leaves future training; its budget slot and ledger

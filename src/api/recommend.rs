@@ -164,22 +164,35 @@ pub struct SimilarQuery {
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"item": "i7", "model_version": 3, "fallback": false,
+    "source": "profiles", "items": [{"item": "i9", "score": 0.93}]}))]
 pub struct SimilarItems {
     pub item: String,
     pub model_version: i64,
-    /// Best first. With a neighbourhood model served (`dpsgd-nbm`, `dpps-nbm`, `nbm`) the
-    /// score is its published DP weight `s_ij` (how strongly a rating of the listed item
-    /// moves the prediction of this item; anchor items only, may be negative); otherwise
-    /// the cosine similarity of the DP item profiles, empty when the model has none (rank 0).
+    /// True when the DP popularity answered: the served model has no DP profile for this
+    /// catalogue item (not among a top-N model's DP candidates, a zero row, a model without
+    /// item factors, or registered after the release). Never depends on whether anyone
+    /// rated the item.
+    pub fallback: bool,
+    /// `weights` (a neighbourhood model's DP item-item weights), `profiles` (cosine of
+    /// the DP item profiles) or `popularity` (fallback; scores are DP counts).
+    pub source: String,
+    /// Best first. With `weights` the score is the published DP weight `s_ij` (how
+    /// strongly a rating of the listed item moves the prediction of this item; anchor
+    /// items only, may be negative); with `profiles` the cosine similarity; with
+    /// `popularity` the DP popularity count.
     pub items: Vec<ScoredItem>,
 }
 
-/// Items similar to an item: by a neighbourhood model's DP item-item weights when one is
-/// served, else by cosine similarity of the published DP item profiles.
+/// Items similar to a catalogue item: by a neighbourhood model's DP item-item weights
+/// when one is served, else by cosine similarity of the published DP item profiles, else
+/// (no DP profile for the item) by DP popularity. 404 only for items outside the public
+/// catalogue, so the answer is no oracle of which items were rated.
 #[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations", operation_id = "similar_items",
     params(("item" = String, Path), SimilarQuery),
     responses((status = 200, body = SimilarItems),
-        (status = 404, description = "Item not in the served model", body = super::Problem, content_type = "application/problem+json")),
+        (status = 404, description = "Item not in the catalogue", body = super::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No model published yet", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn similar(
     _auth: AnyKey,
@@ -193,15 +206,22 @@ pub async fn similar(
         return Err(ApiError::invalid("n", "n must be in 1..=1000"));
     }
     let model = state.registry.current().ok_or_else(no_model)?;
-    let items = model.similar(item.as_str(), n).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "item {:?} is not in the served model",
+    // Items of the release are catalogue items (items are never removed); any other id
+    // is looked up in the catalogue.
+    if model.item_index(item.as_str()).is_none() && !state.store.in_catalogue(item.as_str()).await?
+    {
+        return Err(ApiError::not_found(format!(
+            "item {:?} is not in the catalogue",
             item.as_str()
-        ))
-    })?;
+        )));
+    }
+    let s = model.similar(item.as_str(), n);
+    let fallback = s.source == crate::serve::SimilarSource::Popularity;
     Ok(HttpResponse::Ok().json(SimilarItems {
         item: item.into_string(),
         model_version: model.release_id,
-        items: items.into_iter().map(scored).collect(),
+        fallback,
+        source: s.source.name().into(),
+        items: s.items.into_iter().map(scored).collect(),
     }))
 }

@@ -1,6 +1,10 @@
 //! `dprec import`: loads MovieLens ratings into a running service through the batch
-//! endpoint, with a progress bar, reporting ratings/s at the end.
+//! endpoint, with a progress bar, reporting ratings/s at the end. It first registers the
+//! public item catalogue (`POST /v1/admin/items`; ratings never create items): the
+//! release's `u.item` / `movies.dat` / `movies.csv` beside the ratings file, else the
+//! distinct items of the imported file (said on stdout).
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -48,11 +52,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let reader = BufReader::new(
         std::fs::File::open(&file).with_context(|| format!("opening {}", file.display()))?,
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let client = reqwest::Client::new();
-    let endpoint = format!("{}/v1/ratings", args.url.trim_end_matches('/'));
+    let api = Api::new(&args)?;
+    // `Some`: no catalogue file, each batch's new items are registered as they come.
+    let mut registered = register_catalogue(&api, &file, format, args.batch)?;
     let bar = ProgressBar::new(size);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
@@ -61,17 +63,11 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let mut sent = 0usize;
     let mut batch = Vec::with_capacity(args.batch);
     let mut read = 0u64;
-    let post = |batch: &mut Vec<serde_json::Value>| -> anyhow::Result<()> {
-        let mut req = client.post(&endpoint).json(&json!({"ratings": batch}));
-        if let Some(k) = &args.api_key {
-            req = req.bearer_auth(k);
+    let mut post = |batch: &mut Vec<serde_json::Value>| -> anyhow::Result<()> {
+        if let Some(seen) = registered.as_mut() {
+            api.register_new(seen, batch, args.batch)?;
         }
-        let resp = rt.block_on(req.send()).context("sending a batch")?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = rt.block_on(resp.text()).unwrap_or_default();
-            bail!("the service answered {status}: {body}");
-        }
+        api.post("/v1/ratings", &json!({"ratings": batch}))?;
         batch.clear();
         Ok(())
     };
@@ -110,4 +106,96 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         sent as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+/// Registers the catalogue file beside `file` (`u.item`, `movies.dat`, `movies.csv`) and
+/// returns `None`; without one, says so and returns the (empty) set of items registered
+/// so far, to be filled batch by batch from the ratings file.
+fn register_catalogue(
+    api: &Api,
+    file: &std::path::Path,
+    format: Format,
+    batch: usize,
+) -> anyhow::Result<Option<HashSet<String>>> {
+    let Some(cat) = movielens::catalogue_file(file, format) else {
+        println!(
+            "no u.item, movies.dat or movies.csv beside {}: registering the distinct items \
+             of the ratings file as the catalogue",
+            file.display()
+        );
+        return Ok(Some(HashSet::new()));
+    };
+    let ids = movielens::read_catalogue(&cat)?;
+    let created = api.register(&ids, batch)?;
+    println!(
+        "registered the catalogue of {}: {} items ({created} new)",
+        cat.display(),
+        ids.len()
+    );
+    Ok(None)
+}
+
+/// The service, as `dprec import` calls it.
+struct Api {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    base: String,
+    key: Option<String>,
+}
+
+impl Api {
+    fn new(args: &ImportArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            client: reqwest::Client::new(),
+            base: args.url.trim_end_matches('/').to_string(),
+            key: args.api_key.clone(),
+        })
+    }
+
+    /// Registers the items of `ratings` not in `seen` (and adds them to it).
+    fn register_new(
+        &self,
+        seen: &mut HashSet<String>,
+        ratings: &[serde_json::Value],
+        batch: usize,
+    ) -> anyhow::Result<()> {
+        let new: Vec<String> = ratings
+            .iter()
+            .filter_map(|r| r["item"].as_str())
+            .filter(|i| seen.insert(i.to_string()))
+            .map(str::to_string)
+            .collect();
+        if !new.is_empty() {
+            self.register(&new, batch)?;
+        }
+        Ok(())
+    }
+
+    /// POSTs `body` to `path`; the JSON answer, or an error with the service's problem.
+    fn post(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let mut req = self.client.post(format!("{}{path}", self.base)).json(body);
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(k);
+        }
+        let resp = self.rt.block_on(req.send()).context("sending a batch")?;
+        let status = resp.status();
+        let text = self.rt.block_on(resp.text()).unwrap_or_default();
+        if !status.is_success() {
+            bail!("the service answered {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Registers `items` in batches of `batch`; returns how many were new.
+    fn register(&self, items: &[String], batch: usize) -> anyhow::Result<u64> {
+        let mut created = 0;
+        for chunk in items.chunks(batch) {
+            let r = self.post("/v1/admin/items", &json!({ "items": chunk }))?;
+            created += r["created"].as_u64().unwrap_or(0);
+        }
+        Ok(created)
+    }
 }

@@ -382,26 +382,27 @@ impl Published {
 
     /// Items most similar to `item`: by the served ranker's own DP item-item weights
     /// when it has them ([`Ranker::similar`]: a neighbourhood model's `s_ij`), else by
-    /// cosine similarity of the DP item profiles. `None` when the item is unknown; empty
-    /// when the model has neither.
-    pub fn similar(&self, item: &str, n: usize) -> Option<Vec<Scored>> {
-        let j = self.item_index(item)?;
+    /// cosine similarity of the DP item profiles. An item the model has no DP profile for
+    /// (a zero row, a model without factors, or an item registered after the release)
+    /// gets the release's DP popularity order instead ([`SimilarSource::Popularity`]):
+    /// the answer depends on the published model only, never on whether anyone rated the
+    /// item (issue 8 finding 1). Whether the item is in the catalogue at all is the
+    /// caller's question (the store's).
+    pub fn similar(&self, item: &str, n: usize) -> Similar {
+        let Some(j) = self.item_index(item) else {
+            return self.similar_by_popularity(None, n);
+        };
         if let Some(list) = self.ranker.as_ref().and_then(|r| r.similar(j, n)) {
-            return Some(
-                list.into_iter()
-                    .map(|(k, s)| Scored {
-                        item: self.items[k].clone(),
-                        score: s,
-                        explanations: None,
-                    })
-                    .collect(),
-            );
+            return Similar {
+                items: list.into_iter().map(|(k, s)| self.scored(k, s)).collect(),
+                source: SimilarSource::Weights,
+            };
         }
         let f = &self.model.item_factors;
-        if f.ncols() == 0 || j >= f.nrows() {
-            return Some(Vec::new());
-        }
         let norm = |k: usize| f.row(k).dot(&f.row(k)).sqrt();
+        if f.ncols() == 0 || j >= f.nrows() || norm(j) == 0.0 {
+            return self.similar_by_popularity(Some(j), n);
+        }
         let nj = norm(j);
         let mut scored: Vec<(usize, f64)> = (0..f.nrows())
             .filter(|&k| k != j)
@@ -416,18 +417,65 @@ impl Published {
             })
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Some(
-            scored
+        Similar {
+            items: scored
                 .into_iter()
                 .take(n)
-                .map(|(k, s)| Scored {
-                    item: self.items[k].clone(),
-                    score: s,
-                    explanations: None,
-                })
+                .map(|(k, s)| self.scored(k, s))
                 .collect(),
-        )
+            source: SimilarSource::Profiles,
+        }
     }
+
+    fn scored(&self, k: usize, score: f64) -> Scored {
+        Scored {
+            item: self.items[k].clone(),
+            score,
+            explanations: None,
+        }
+    }
+
+    /// The DP popularity order without `item` (scores: the DP counts).
+    fn similar_by_popularity(&self, item: Option<usize>, n: usize) -> Similar {
+        Similar {
+            items: self
+                .by_popularity
+                .iter()
+                .filter(|&&k| Some(k) != item)
+                .take(n)
+                .map(|&k| self.scored(k, self.popularity[k] as f64))
+                .collect(),
+            source: SimilarSource::Popularity,
+        }
+    }
+}
+
+/// Where a similar-items list comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimilarSource {
+    /// A neighbourhood model's DP item-item weights.
+    Weights,
+    /// Cosine similarity of the DP item profiles.
+    Profiles,
+    /// The release's DP popularity (the model has no DP profile for the item).
+    Popularity,
+}
+
+impl SimilarSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Weights => "weights",
+            Self::Profiles => "profiles",
+            Self::Popularity => "popularity",
+        }
+    }
+}
+
+/// The answer of [`Published::similar`].
+#[derive(Debug, Clone)]
+pub struct Similar {
+    pub items: Vec<Scored>,
+    pub source: SimilarSource,
 }
 
 /// Holds the served model; readers get an `Arc` to a whole release, never a partial one.
@@ -541,10 +589,36 @@ mod tests {
     #[test]
     fn similar_uses_cosine() {
         let p = published();
-        let s = p.similar("a", 2).unwrap();
-        assert_eq!(s[0].item, "b");
-        assert!((s[0].score - 1.0).abs() < 1e-12);
-        assert!(p.similar("zz", 2).is_none());
+        let s = p.similar("a", 2);
+        assert_eq!(s.source, SimilarSource::Profiles);
+        assert_eq!(s.items[0].item, "b");
+        assert!((s.items[0].score - 1.0).abs() < 1e-12);
+        // No profile in the model (not in the release): the DP popularity order.
+        let s = p.similar("zz", 2);
+        assert_eq!(s.source, SimilarSource::Popularity);
+        let names: Vec<&str> = s.items.iter().map(|x| x.item.as_str()).collect();
+        assert_eq!(names, ["c", "a"]);
+    }
+
+    #[test]
+    fn similar_of_an_item_without_a_profile_is_popularity_without_it() {
+        let mut m = FactorModel::zeros(0, 3, 1, 3.0, RatingScale::ONE_TO_FIVE);
+        m.item_factors[[0, 0]] = 1.0;
+        m.item_factors[[1, 0]] = 2.0;
+        let meta = ReleaseMeta {
+            release_id: 1,
+            trainer: "t".into(),
+            guarantee: Guarantee::Proven,
+            created_at: 0,
+        };
+        let items = vec!["a".into(), "b".into(), "c".into()];
+        let p = Published::new(meta, m, vec![], items, vec![5, 1, 9]).unwrap();
+        let s = p.similar("c", 5);
+        assert_eq!(s.source, SimilarSource::Popularity);
+        let names: Vec<&str> = s.items.iter().map(|x| x.item.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(s.items[0].score, 5.0);
+        assert_eq!(p.similar("a", 5).source, SimilarSource::Profiles);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! and to the locking of [`Store::begin_exclusive`].
 
 mod audit;
+mod catalogue;
 mod jobs;
 mod keys;
 mod ldp;
@@ -168,6 +169,10 @@ pub enum StoreError {
     /// is already rated, or a user budget that cannot take an LDP charge).
     #[error("{0}")]
     Conflict(String),
+    /// A rating names an item outside the public catalogue (items are registered, never
+    /// created by ratings: issue 8 finding 1).
+    #[error("item {0:?} is not in the catalogue")]
+    NotInCatalogue(String),
 }
 
 /// A failure injected by a crash test's hook (e.g. `release::Hooks::before_commit`); the

@@ -61,11 +61,12 @@ impl Store {
         // never behind a whole release, and never failing at once on a busy database.
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
+        // Items are registered, never created by a rating (issue 8 finding 1).
+        super::catalogue::require_registered(&mut tx, &items).await?;
         super::ldp::check_pairs(&mut tx, &rows).await?;
         // Multi-row statements, a few hundred rows each (well under both backends'
         // bind-parameter limits): one round trip per chunk instead of one per rating.
         let user_default = upsert_users(&mut tx, &users, defaults, zero, now).await?;
-        insert_items(&mut tx, &items, now).await?;
         let mut created = 0;
         for chunk in rows.chunks(UPSERT_CHUNK) {
             let sql = format!(
@@ -223,14 +224,6 @@ impl Store {
             .collect()
     }
 
-    pub async fn item_exists(&self, item: &str) -> Result<bool, StoreError> {
-        Ok(sqlx::query("SELECT 1 FROM items WHERE id = $1")
-            .bind(item)
-            .fetch_optional(&self.pool)
-            .await?
-            .is_some())
-    }
-
     /// Counts of the whole store (tests and metrics).
     pub async fn counts(&self) -> Result<StoreCounts, StoreError> {
         let n = |sql: &'static str| async move {
@@ -378,20 +371,4 @@ async fn upsert_users(
         }
     }
     Ok(user_default)
-}
-
-/// Adds the items not yet in the catalogue.
-async fn insert_items(tx: &mut Tx, items: &[&str], now: i64) -> Result<(), StoreError> {
-    for chunk in items.chunks(UPSERT_CHUNK) {
-        let sql = format!(
-            "INSERT INTO items (id, created_at) VALUES {} ON CONFLICT (id) DO NOTHING",
-            placeholders(chunk.len(), 2, |b| format!("(${}, ${})", b, b + 1))
-        );
-        let mut q = sqlx::query(&sql);
-        for i in chunk {
-            q = q.bind(*i).bind(now);
-        }
-        q.execute(&mut **tx).await?;
-    }
-    Ok(())
 }

@@ -605,15 +605,19 @@ impl DpTopN {
         let c = self.contribution;
         // Without the Gram step its term vanishes (z_g = inf).
         let z_r = rating_multiplier(z_c, if with_gram { z_g } else { f64::INFINITY }, &c);
-        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, rng)?;
+        // Sampling and noise from two streams split off the release's generator before
+        // any data is read: the noise draws never depend on how many coin flips the data
+        // needed (issue 8 finding 1: a new user must not shift the noise).
+        let (mut sampling, mut noise) = (crate::rng::split(rng), crate::rng::split(rng));
+        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &mut sampling)?;
         let n_items = data.matrix.n_items;
         let sigma_count = z_c * c.count_clip;
-        let noisy = noisy_counts(&sample.rows, n_items, c.count_clip, sigma_count, rng)?;
+        let noisy = noisy_counts(&sample.rows, n_items, c.count_clip, sigma_count, &mut noise)?;
         let (candidates, g, sigma_gram) = if with_gram {
             let candidates = select_candidates(&noisy, self.threshold * sigma_count, self.k);
             let sigma_gram = z_g * c.gram_clip * c.gram_clip;
             let mut g = gram(&sample.rows, n_items, &candidates, c.gram_clip);
-            add_symmetric_noise(&mut g, candidates.len(), sigma_gram, rng)?;
+            add_symmetric_noise(&mut g, candidates.len(), sigma_gram, &mut noise)?;
             (candidates, g, sigma_gram)
         } else {
             (Vec::new(), Vec::new(), f64::INFINITY)
@@ -875,6 +879,45 @@ mod tests {
         assert!((got - 1.0).abs() < 0.04, "gram noise sd ratio {got}");
         // Symmetric.
         assert!((0..k).all(|a| (0..k).all(|b| rel.gram[a * k + b] == rel.gram[b * k + a])));
+    }
+
+    /// The noise is drawn independently of the data: D and D plus a new last user whose
+    /// one rating is RSM-sampled (a coin flip) give, with the same seed, the same noisy
+    /// count on every item but the new user's, and the same noisy Gram over the same
+    /// candidates. Fails when sampling and noise share one stream (the extra coin flip
+    /// shifts every noise draw).
+    #[test]
+    fn a_new_users_coin_flips_do_not_shift_the_noise() {
+        let r = synthetic(60, 40, 8);
+        let mut r2 = r.clone();
+        r2.push(60, 39, 4.0);
+        let t = trainer(&["eps=20", "releases=1", "k=10", "threshold=0"]);
+        let run = |r: &Ratings, budgets: &[f64]| {
+            let m = Interactions::new(r);
+            let mut data = TrainData::new(r, &m, RatingScale::ONE_TO_FIVE);
+            data.budgets = Some(budgets);
+            t.release(&data, &mut crate::rng::seeded(21)).unwrap()
+        };
+        let a = run(&r, &vec![f64::INFINITY; r.len()]);
+        let mut b2 = vec![f64::INFINITY; r.len()];
+        // Half of what full participation costs: RSM-sampled at a rate in (0, 1).
+        b2.push(t.rating_cap().unwrap() / 2.0);
+        let b = run(&r2, &b2);
+        // The new rating was offered at a rate below 1 (a coin flip was drawn).
+        assert!(b
+            .charges
+            .ratings
+            .iter()
+            .any(|c| c.position as usize == r.len()));
+        let (ca, cb) = (&a.noisy_counts, &b.noisy_counts);
+        assert_eq!(ca.len(), cb.len());
+        for j in 0..39 {
+            assert_eq!(ca[j], cb[j], "item {j}: the noise moved");
+        }
+        assert!((cb[39] - ca[39]).abs() <= 1.0 + 1e-12);
+        if a.candidates == b.candidates {
+            assert_eq!(a.gram, b.gram);
+        }
     }
 
     /// A user with 10x the cap: the same user-level charge as a light user, its sampled

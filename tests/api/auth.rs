@@ -12,6 +12,7 @@ use crate::both_backends;
 async fn keys_and_roles(url: &str) {
     let (t, _) = FakeDp::gaussian(5.0);
     let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    app.register(&["i"]).await;
     let body = json!({"ratings": [{"user": "u", "item": "i", "rating": 3.0}]});
     // No key, bad key: 401 with problem+json.
     let r = app

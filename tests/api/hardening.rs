@@ -26,6 +26,7 @@ fn is_problem(r: &reqwest::Response) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_bodies_must_be_utf8() {
     let (_db, app) = spawn("charset").await;
+    app.register(&["i1"]).await;
     let body = r#"{"ratings":[{"user":"u1","item":"i1","rating":4}]}"#;
     for (ct, want) in [
         ("application/json; charset=utf-16", 415),

@@ -367,8 +367,40 @@ impl TestApp {
         serde_json::from_str(&r.text).expect("a created key")
     }
 
-    /// Ingests `(user, item, rating, eps)` tuples; panics unless 200.
+    /// Registers `items` in the public catalogue (`POST /v1/admin/items`, writer key, 50
+    /// per request); panics unless 200.
+    pub async fn register<S: AsRef<str>>(&self, items: &[S]) {
+        let ids: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+        for chunk in ids.chunks(50) {
+            let (st, body) = self
+                .post(
+                    "/v1/admin/items",
+                    WRITER,
+                    &serde_json::json!({"items": chunk}),
+                )
+                .await;
+            assert_eq!(st, 200, "{body}");
+        }
+    }
+
+    /// Registers the items of `ratings` that are not registered yet (items are never
+    /// created by ratings), then ingests the ratings ([`Self::ingest_registered`]).
     pub async fn ingest(&self, ratings: &[(&str, &str, f64, Option<f64>)]) {
+        let items: std::collections::BTreeSet<&str> = ratings.iter().map(|r| r.1).collect();
+        let mut new = Vec::new();
+        for i in items {
+            if !self.store.in_catalogue(i).await.unwrap() {
+                new.push(i);
+            }
+        }
+        if !new.is_empty() {
+            self.register(&new).await;
+        }
+        self.ingest_registered(ratings).await;
+    }
+
+    /// Ingests `(user, item, rating, eps)` tuples of registered items; panics unless 200.
+    pub async fn ingest_registered(&self, ratings: &[(&str, &str, f64, Option<f64>)]) {
         let items: Vec<Value> = ratings
             .iter()
             .map(|(u, i, r, e)| {

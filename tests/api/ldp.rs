@@ -40,6 +40,7 @@ async fn ldp_batch_accepted_and_charged_once(url: &str) {
     // A raw rating of another user, so a release has something to train on.
     app.ingest(&[("raw", "i1", 4.0, Some(1.0)), ("raw", "i2", 2.0, Some(1.0))])
         .await;
+    app.register(&["i3"]).await;
     let mut batch = perturbed("alice", &[("i1", 5.0), ("i2", 1.0)], 1.0, 1);
     batch.extend(perturbed("alice", &[("i3", 3.0)], 0.5, 2));
     let (st, body) = app
@@ -94,6 +95,9 @@ async fn ldp_bad_inputs(url: &str) {
     s.budget.default_user_eps = 3.0;
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     app.ingest(&[("bob", "raw1", 4.0, Some(1.0))]).await;
+    let mut catalogue = vec!["l1".to_string(), "i9".to_string(), "i1".to_string()];
+    catalogue.extend((0..6).map(|k| format!("x{k}")));
+    app.register(&catalogue).await;
     let first = perturbed("bob", &[("l1", 4.0)], 1.0, 3);
     let (st, body) = app
         .post("/v1/ratings", WRITER, &json!({"ratings": first}))
@@ -143,6 +147,8 @@ async fn ldp_bad_inputs(url: &str) {
         // State conflicts: 409, nothing stored (the carol rating in the batch neither).
         ("LDP over a raw rating", with(&["item"], json!("raw1")), 409, Some("ratings")),
         ("LDP re-rating", with(&["item"], json!("l1")), 409, Some("ratings")),
+        // Items are registered, never created by a rating (LDP or raw).
+        ("LDP on an unregistered item", with(&["item"], json!("nowhere")), 422, Some("ratings[1].item")),
     ];
     for (case, body, status, field) in cases {
         let (got, p) = app

@@ -663,6 +663,8 @@ async fn large_release(url: &str) {
         user_eps: 1e6,
         user_delta: 1e-6,
     };
+    let catalogue: Vec<String> = (0..1682).map(|i| format!("i{i}")).collect();
+    app.store.register_items(&catalogue).await.unwrap();
     let started = std::time::Instant::now();
     let mut unique = std::collections::HashSet::new();
     let batch: Vec<_> = batch

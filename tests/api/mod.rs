@@ -8,6 +8,7 @@ mod fake;
 
 mod admin;
 mod auth;
+mod catalogue;
 mod hardening;
 mod health;
 mod honest;

@@ -1,6 +1,7 @@
 //! GET /v1/users/{user}/recommendations and /v1/items/{item}/similar.
 
 use dprec::retrain::Hooks;
+use serde_json::json;
 
 use crate::api::fake::FakeDp;
 use crate::api::helpers::*;
@@ -83,10 +84,22 @@ async fn baseline_end_to_end(url: &str) {
             .await;
         assert_eq!((st, p["field"].as_str()), (422, Some(field)), "{q}: {p}");
     }
-    // The baseline has no item factors: similar items is empty, unknown items 404.
+    // The baseline has no item factors: similar items is the DP popularity (fallback),
+    // items outside the catalogue 404.
     let (st, sim) = app.get("/v1/items/top/similar", READER).await;
     assert_eq!(st, 200, "{sim}");
-    assert_eq!(sim["items"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        (&sim["fallback"], &sim["source"]),
+        (&json!(true), &json!("popularity"))
+    );
+    assert!(
+        sim["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["item"] != "top"),
+        "{sim}"
+    );
     let (st, _) = app.get("/v1/items/nope/similar", READER).await;
     assert_eq!(st, 404);
     app.stop().await;
