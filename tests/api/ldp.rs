@@ -209,11 +209,18 @@ async fn ldp_release_serves_blp_mog_mf(url: &str) {
     let job = app.retrain().await;
     assert_eq!(job.status, "skipped", "{job:?}");
     assert!(
-        job.reason.as_deref().unwrap_or("").contains("perturbed on the client"),
+        job.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("perturbed on the client"),
         "{job:?}"
     );
 
-    let items: Vec<(String, f64)> = (0..8).map(|j| (format!("i{j}"), 1.0 + (j % 5) as f64)).collect();
+    let items: Vec<(String, f64)> = (0..8)
+        .map(|j| (format!("i{j}"), 1.0 + (j % 5) as f64))
+        .collect();
+    let ids: Vec<&str> = items.iter().map(|(i, _)| i.as_str()).collect();
+    app.register(&ids).await;
     let mut batch = Vec::new();
     for (k, user) in ["alice", "bob", "carol"].iter().enumerate() {
         let own: Vec<(&str, f64)> = items
@@ -224,7 +231,9 @@ async fn ldp_release_serves_blp_mog_mf(url: &str) {
             .collect();
         batch.extend(perturbed(user, &own, 1.0, 10 + k as u64));
     }
-    let (st, body) = app.post("/v1/ratings", WRITER, &json!({"ratings": batch})).await;
+    let (st, body) = app
+        .post("/v1/ratings", WRITER, &json!({"ratings": batch}))
+        .await;
     assert_eq!(st, 200, "{body}");
     let (_, before_raw) = app.get("/v1/users/raw/budget", READER).await;
     let (_, before_alice) = app.get("/v1/users/alice/budget", READER).await;
@@ -236,7 +245,11 @@ async fn ldp_release_serves_blp_mog_mf(url: &str) {
     assert_eq!(m["release"]["trainer"], "blp-mog-mf", "{m}");
     assert_eq!(m["release"]["guarantee"], "local-dp", "{m}");
     let mech = &m["release"]["mechanisms"][0];
-    assert_eq!((&mech["unit"], &mech["neighbour"]), (&json!("rating"), &json!("replace")), "{m}");
+    assert_eq!(
+        (&mech["unit"], &mech["neighbour"]),
+        (&json!("rating"), &json!("replace")),
+        "{m}"
+    );
     // Nothing was charged: both users' audits are as before the release (but for the
     // explanatory note, which now speaks of the served release).
     for (user, before) in [("raw", before_raw), ("alice", before_alice)] {
