@@ -77,6 +77,7 @@ def register_catalogue(admin, reader):
     assert r.accepted == len(ITEMS), r
     cat = expect(list_items.sync_detailed(client=reader, limit=100), 200, Catalogue)
     assert cat.total == len(ITEMS) and cat.items == sorted(ITEMS), cat
+    print(f"catalogue: {cat.total} items registered")
 
 
 def ingest_ratings(admin):
