@@ -145,6 +145,14 @@ struct Api {
 
 impl Api {
     fn new(args: &ImportArgs) -> anyhow::Result<Self> {
+        if args.url.starts_with("https://") && !cfg!(feature = "tls") {
+            anyhow::bail!(
+                "--url {}: this dprec was built without TLS; rebuild with \
+                 `cargo build --release --features tls`, or import over http \
+                 (e.g. on the service's host)",
+                args.url
+            );
+        }
         Ok(Self {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
