@@ -26,6 +26,9 @@ struct Args {
     duration: Duration,
     readers: usize,
     writers: usize,
+    /// Clients that rate one item and at once ask for their own top-N (the answer after
+    /// a rating cannot come from the per-user cache).
+    raters: usize,
     batch: usize,
     users: u64,
     items: u64,
@@ -41,6 +44,7 @@ fn parse_args() -> Args {
         duration: Duration::from_secs(30),
         readers: 28,
         writers: 4,
+        raters: 0,
         batch: 100,
         users: 943,
         items: 1682,
@@ -57,6 +61,7 @@ fn parse_args() -> Args {
             "--duration" => a.duration = Duration::from_secs_f64(val().parse().unwrap()),
             "--readers" => a.readers = val().parse().unwrap(),
             "--writers" => a.writers = val().parse().unwrap(),
+            "--raters" => a.raters = val().parse().unwrap(),
             "--batch" => a.batch = val().parse().unwrap(),
             "--users" => a.users = val().parse().unwrap(),
             "--items" => a.items = val().parse().unwrap(),
@@ -172,6 +177,32 @@ async fn writer(s: Arc<Shared>, seed: u64) {
     }
 }
 
+/// Rates one random item as a random existing user, then asks for that user's top-N.
+async fn rater(s: Arc<Shared>, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    while s.go_on() {
+        let u = rng.random_range(1..=s.args.users);
+        let body = serde_json::json!({ "ratings": [{
+            "user": u.to_string(),
+            "item": rng.random_range(1..=s.args.items).to_string(),
+            "rating": rng.random_range(1..=5),
+            "eps": 1.0,
+        }]});
+        let url = format!("{}/v1/ratings", s.args.base);
+        s.timed(
+            "POST /v1/ratings (1 rating, rater)",
+            s.client.post(url).json(&body),
+        )
+        .await;
+        let url = format!("{}/v1/users/{u}/recommendations?n=10", s.args.base);
+        s.timed(
+            "GET recommendations just after the user's rating",
+            s.client.get(url),
+        )
+        .await;
+    }
+}
+
 async fn prober(s: Arc<Shared>) {
     while s.go_on() {
         let url = format!("{}/healthz", s.args.base);
@@ -227,7 +258,7 @@ async fn main() {
     let args = parse_args();
     let client = reqwest::Client::builder()
         .timeout(args.timeout)
-        .pool_max_idle_per_host(args.readers + args.writers + 4)
+        .pool_max_idle_per_host(args.readers + args.writers + args.raters + 4)
         .build()
         .unwrap();
     let s = Arc::new(Shared {
@@ -245,6 +276,9 @@ async fn main() {
     }
     for k in 0..args.writers {
         tasks.push(tokio::spawn(writer(s.clone(), 2000 + k as u64)));
+    }
+    for k in 0..args.raters {
+        tasks.push(tokio::spawn(rater(s.clone(), 3000 + k as u64)));
     }
     tasks.push(tokio::spawn(prober(s.clone())));
     let rel = args

@@ -3,7 +3,7 @@
 # releases at the same time (loopback only, bounded in time and in request count).
 #
 #   load-tests/mixed.sh [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m]
-#                       [--readers N] [--writers N] [--batch N]
+#                       [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases]
 #
 # 1. builds the release binary and the `load_mixed` client (examples/load_mixed.rs);
 # 2. starts the service on 127.0.0.1 with a fresh store (SQLite file in a temp dir, or a
@@ -13,6 +13,8 @@
 # 4. runs the client for --duration seconds (default 60): 28 readers (top-N of random
 #    existing users), 4 writers (batches of 100 ratings of existing users and items),
 #    /healthz every 100 ms, and admin releases back to back (trigger, wait, trigger);
+#    --raters N adds clients that rate one item and at once ask for their own top-N (the
+#    answer right after a rating); --no-releases leaves the releases out;
 # 5. prints per endpoint: requests by status and p50 / p99 / max latency; exits 1 if any
 #    response was a 5xx or a request got no answer (timeout / connection error).
 #
@@ -24,6 +26,8 @@ DURATION=60
 DATA=ml100k
 READERS=28
 WRITERS=4
+RATERS=0
+RELEASES=""
 BATCH=100
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -32,8 +36,10 @@ while [[ $# -gt 0 ]]; do
         --data) DATA="$2"; shift 2 ;;
         --readers) READERS="$2"; shift 2 ;;
         --writers) WRITERS="$2"; shift 2 ;;
+        --raters) RATERS="$2"; shift 2 ;;
+        --no-releases) RELEASES="--no-releases"; shift ;;
         --batch) BATCH="$2"; shift 2 ;;
-        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--batch N]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases]" >&2; exit 2 ;;
     esac
 done
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
@@ -103,9 +109,9 @@ for _ in $(seq 1 3000); do
 done
 echo "first release: $(( $(date +%s) - T0 )) s" >&2
 
-echo "== $BACKEND / $DATA: mixed load for ${DURATION}s ($READERS readers, $WRITERS writers x $BATCH ratings, releases back to back)" >&2
+echo "== $BACKEND / $DATA: mixed load for ${DURATION}s ($READERS readers, $WRITERS writers x $BATCH ratings, $RATERS raters, releases $([[ -n "$RELEASES" ]] && echo off || echo "back to back"))" >&2
 "$CLIENT" --base "$BASE" --key "$ADMIN" --duration "$DURATION" --readers "$READERS" \
-    --writers "$WRITERS" --batch "$BATCH" --users "$USERS" --items "$ITEMS" | tee "$WORK/out.txt"
+    --writers "$WRITERS" --raters "$RATERS" --batch "$BATCH" --users "$USERS" --items "$ITEMS" $RELEASES | tee "$WORK/out.txt"
 if grep -q "database is locked\|panicked" "$WORK/serve.log"; then
     echo "server log:" >&2; grep -m5 "database is locked\|panicked" "$WORK/serve.log" >&2
 fi
