@@ -484,7 +484,12 @@ impl Retrainer {
         // Served through the ranker only if it was stored with the release (a restart
         // must answer the same).
         let ranker = if stored { fitted.ranker } else { None };
-        let shortfall = self.input_shortfall(&popularity.counts);
+        // A local-DP release publishes no DP counts, so there is no DP total to compare:
+        // the operator-safety rule does not apply to it (docs/LEDGER.md).
+        let shortfall = match guarantee {
+            Guarantee::LocalDp => None,
+            _ => self.input_shortfall(&popularity.counts),
+        };
         let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
         self.commit(published, &rec, &plan, shortfall, force).await
     }

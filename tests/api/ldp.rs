@@ -200,12 +200,33 @@ both_backends!(ldp_bad_inputs);
 /// ingestion), is recorded `local-dp`, answers an LDP user from the model, and leaves
 /// the raw ratings untouched; without any LDP rating the job is skipped with the reason.
 async fn ldp_release_serves_blp_mog_mf(url: &str) {
+    // A central model is served first: a local-DP release publishes no DP counts, so
+    // the operator-safety rule (DP total against the served model's) must not refuse it.
+    let mut s = settings(url);
+    s.budget.popularity_eps = 1.0;
+    let (fake, _) = FakeDp::gaussian(20.0);
+    let central = TestApp::spawn(s.clone(), fake, Hooks::default()).await;
+    let raw: Vec<(String, String)> = (0..12)
+        .flat_map(|u| (0..5).map(move |i| (format!("r{u}"), format!("i{i}"))))
+        .collect();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = raw
+        .iter()
+        .map(|(u, i)| (u.as_str(), i.as_str(), 4.0, Some(1.0)))
+        .collect();
+    central.ingest(&rows).await;
+    assert_eq!(central.retrain().await.status, "succeeded");
+    let served = central.app_registry.current().unwrap();
+    assert!(
+        served.popularity.iter().sum::<i64>() > 0,
+        "{:?}",
+        served.popularity
+    );
+    central.stop().await;
+
     let params = dprec::train::Params::parse(&["em_iters=3"]).unwrap();
     let trainer: std::sync::Arc<dyn dprec::train::Trainer> =
         dprec::train::build("blp-mog-mf", &params).unwrap().into();
-    let app = TestApp::spawn(settings(url), trainer, Hooks::default()).await;
-    app.ingest(&[("raw", "i1", 4.0, Some(1.0)), ("raw", "i2", 2.0, Some(1.0))])
-        .await;
+    let app = TestApp::spawn(s, trainer, Hooks::default()).await;
     let job = app.retrain().await;
     assert_eq!(job.status, "skipped", "{job:?}");
     assert!(
@@ -235,7 +256,7 @@ async fn ldp_release_serves_blp_mog_mf(url: &str) {
         .post("/v1/ratings", WRITER, &json!({"ratings": batch}))
         .await;
     assert_eq!(st, 200, "{body}");
-    let (_, before_raw) = app.get("/v1/users/raw/budget", READER).await;
+    let (_, before_raw) = app.get("/v1/users/r0/budget", READER).await;
     let (_, before_alice) = app.get("/v1/users/alice/budget", READER).await;
 
     let job = app.retrain().await;
@@ -252,7 +273,7 @@ async fn ldp_release_serves_blp_mog_mf(url: &str) {
     );
     // Nothing was charged: both users' audits are as before the release (but for the
     // explanatory note, which now speaks of the served release).
-    for (user, before) in [("raw", before_raw), ("alice", before_alice)] {
+    for (user, before) in [("r0", before_raw), ("alice", before_alice)] {
         let (_, mut after) = app.get(&format!("/v1/users/{user}/budget"), READER).await;
         let mut before = before;
         after["note"].take();
