@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use sqlx::Row;
 
+use super::ratings::placeholders;
 use super::{now_ms, Store, StoreError, Tx};
 
 /// Items per multi-row statement (2 binds per row for inserts, 1 per lookup).
@@ -26,10 +27,7 @@ impl Store {
         for chunk in distinct.chunks(CHUNK) {
             let sql = format!(
                 "INSERT INTO items (id, created_at) VALUES {} ON CONFLICT (id) DO NOTHING",
-                (0..chunk.len())
-                    .map(|k| format!("(${}, ${})", 2 * k + 1, 2 * k + 2))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                placeholders(chunk.len(), 2, |b| format!("(${b}, ${})", b + 1))
             );
             let mut q = sqlx::query(&sql);
             for i in chunk {
@@ -78,10 +76,7 @@ pub(super) async fn require_registered(tx: &mut Tx, items: &[&str]) -> Result<()
     for chunk in items.chunks(CHUNK) {
         let sql = format!(
             "SELECT id FROM items WHERE id IN ({})",
-            (1..=chunk.len())
-                .map(|b| format!("${b}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            placeholders(chunk.len(), 1, |b| format!("${b}"))
         );
         let mut q = sqlx::query(&sql);
         for i in chunk {

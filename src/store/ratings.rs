@@ -16,7 +16,7 @@ const UPSERT_CHUNK: usize = 400;
 
 /// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
 /// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
-fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
+pub(super) fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
     (0..n)
         .map(|k| group(1 + k * per))
         .collect::<Vec<_>>()
