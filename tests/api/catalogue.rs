@@ -2,8 +2,6 @@
 //! created by ratings); what a public caller sees is a function of the catalogue and the
 //! DP outputs only.
 
-use std::collections::BTreeMap;
-
 use dprec::retrain::Hooks;
 use serde_json::{json, Value};
 
@@ -24,49 +22,11 @@ fn catalogue() -> Vec<String> {
 /// D: 120 users, each rating 6 items of its taste (5 stars) and one of the other (2 stars),
 /// eps_ij 10 (full participation). Deterministic (an LCG).
 fn data_d() -> Vec<(String, String, f64, Option<f64>)> {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |m: usize| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 33) as usize) % m
-    };
-    let mut out = Vec::new();
-    for u in 0..120 {
-        let (own, other) = if u % 2 == 0 { ("a", "b") } else { ("b", "a") };
-        let user = format!("user{u:03}");
-        let mut picked: Vec<usize> = Vec::new();
-        while picked.len() < 6 {
-            let j = next(10);
-            if !picked.contains(&j) {
-                picked.push(j);
-            }
-        }
-        for j in picked {
-            out.push((user.clone(), format!("{own}{j}"), 5.0, Some(10.0)));
-        }
-        out.push((user, format!("{other}{}", next(10)), 2.0, Some(10.0)));
-    }
-    out
-}
-
-/// The served default (`dp-topn`) with a short lifetime plan, so that D has DP
-/// candidates and the published model has structure (not only noise).
-fn topn_settings(url: &str) -> dprec::config::Settings {
-    let mut s = settings(url);
-    s.trainer.name = "dp-topn".into();
-    s.budget.planned_releases = 4;
-    s.budget.default_user_eps = 20.0;
-    s.budget.max_user_eps = 20.0;
-    s.budget.share = "fraction:1".parse().unwrap();
-    s.trainer.params = BTreeMap::from([
-        ("releases".to_string(), "4".to_string()),
-        ("eps".to_string(), "20".to_string()),
-        ("count_clip".to_string(), "1".to_string()),
-        ("k".to_string(), "20".to_string()),
-        ("d".to_string(), "2".to_string()),
-    ]);
-    s
+    tastes(0x9e37_79b9_7f4a_7c15, 120, 10, 6, false, 2.0)
+        .train
+        .into_iter()
+        .map(|(u, i, v)| (u, i, v, Some(10.0)))
+        .collect()
 }
 
 /// Timestamps are not data, and there is no injected clock: `created_at` and

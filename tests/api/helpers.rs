@@ -22,6 +22,8 @@ pub use dprec::api::users::{Audit, UserSettings};
 pub use dprec::api::Problem;
 
 mod spec;
+mod tastes;
+pub use tastes::{tastes, topn_settings, Tastes};
 
 pub const ADMIN: &str = "test-admin-key-0123456789";
 pub const WRITER: &str = "test-writer-key-0123456789";

@@ -14,30 +14,7 @@ use crate::both_backends;
 /// Two tastes over 16 items: even users rate `a0..a7` 5 and one `b` item 1, odd users
 /// the other way round; 4 + 1 items per user. Deterministic (an LCG).
 fn ratings(n_users: usize) -> Vec<(String, String, f64)> {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |m: usize| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 33) as usize) % m
-    };
-    let mut out = Vec::new();
-    for u in 0..n_users {
-        let (own, other) = if u % 2 == 0 { ("a", "b") } else { ("b", "a") };
-        let user = format!("user{u:03}");
-        let mut picked: Vec<usize> = Vec::new();
-        while picked.len() < 4 {
-            let j = next(8);
-            if !picked.contains(&j) {
-                picked.push(j);
-            }
-        }
-        for j in picked {
-            out.push((user.clone(), format!("{own}{j}"), 5.0));
-        }
-        out.push((user, format!("{other}{}", next(8)), 1.0));
-    }
-    out
+    tastes(0x9e37_79b9_7f4a_7c15, n_users, 8, 4, false, 1.0).train
 }
 
 fn nbm_settings(url: &str) -> dprec::config::Settings {

@@ -3,8 +3,6 @@
 //! the list `eval` computes for the same model and data, changes with a new rating
 //! without a retrain, and survives a restart (the ranker is stored with the release).
 
-use std::collections::BTreeMap;
-
 use dprec::data::{Interactions, Ratings};
 use dprec::eval::ranking::{list_metrics, top_k};
 use dprec::eval::{ranking_metrics, RankingConfig};
@@ -14,58 +12,10 @@ use dprec::serve::StoredModel;
 use crate::api::helpers::*;
 use crate::both_backends;
 
-/// Two tastes over 20 items: even users like `a0..a9`, odd users `b0..b9`. Each user
-/// rates 6 items of its cluster (5 stars) and one of the other (2 stars); one more item
-/// of its cluster is held out as the relevant test item. Deterministic (an LCG).
-struct Tastes {
-    train: Vec<(String, String, f64)>,
-    test: Vec<(String, String)>,
-}
-
-fn tastes(n_users: usize) -> Tastes {
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |m: usize| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 33) as usize) % m
-    };
-    let (mut train, mut test) = (Vec::new(), Vec::new());
-    for u in 0..n_users {
-        let (own, other) = if u % 2 == 0 { ("a", "b") } else { ("b", "a") };
-        let user = format!("user{u:03}");
-        let mut picked: Vec<usize> = Vec::new();
-        while picked.len() < 7 {
-            let j = next(10);
-            if !picked.contains(&j) {
-                picked.push(j);
-            }
-        }
-        for &j in &picked[..6] {
-            train.push((user.clone(), format!("{own}{j}"), 5.0));
-        }
-        train.push((user.clone(), format!("{other}{}", next(10)), 2.0));
-        test.push((user, format!("{own}{}", picked[6])));
-    }
-    Tastes { train, test }
-}
-
-fn served_settings(url: &str) -> dprec::config::Settings {
-    let mut s = settings(url);
-    s.trainer.name = "dp-topn".into();
-    // A short lifetime plan keeps the noise small enough for 200 users to give signal.
-    s.budget.planned_releases = 4;
-    s.budget.default_user_eps = 20.0;
-    s.budget.max_user_eps = 20.0;
-    s.budget.share = "fraction:1".parse().unwrap();
-    s.trainer.params = BTreeMap::from([
-        ("releases".to_string(), "4".to_string()),
-        ("eps".to_string(), "20".to_string()),
-        ("count_clip".to_string(), "1".to_string()),
-        ("k".to_string(), "20".to_string()),
-        ("d".to_string(), "2".to_string()),
-    ]);
-    s
+/// Two tastes over 20 items: each user rates 6 items of its taste (5 stars) and one of
+/// the other (2 stars); one more item of its taste is the relevant test item.
+fn taste_data(n_users: usize) -> Tastes {
+    tastes(0x2545_f491_4f6c_dd1d, n_users, 10, 6, true, 2.0)
 }
 
 async fn ingest_all(app: &TestApp, train: &[(String, String, f64)]) {
@@ -94,8 +44,8 @@ async fn served_list(app: &TestApp, user: &str, n: usize) -> (Vec<String>, bool)
 /// the one eval's list function gives for the stored model and the user's ratings, and
 /// NDCG@5 over the held-out items is the same number both ways.
 async fn served_lists_equal_eval_lists(url: &str) {
-    let data = tastes(200);
-    let app = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
         .await
         .unwrap();
     ingest_all(&app, &data.train).await;
@@ -171,8 +121,8 @@ both_backends!(served_lists_equal_eval_lists);
 /// A new rating changes that user's next answer without a retrain (the list is computed
 /// from the user's own current ratings), and a restarted service answers the same.
 async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
-    let data = tastes(200);
-    let app = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
         .await
         .unwrap();
     ingest_all(&app, &data.train).await;
@@ -194,7 +144,7 @@ async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
     let before = served_list(&app, "user001", 5).await;
     app.stop().await;
 
-    let again = TestApp::try_spawn(served_settings(url), None, Hooks::default())
+    let again = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
         .await
         .unwrap();
     assert_eq!(served_list(&again, "user001", 5).await, before);
@@ -208,8 +158,8 @@ both_backends!(own_ratings_answer_without_retrain_and_after_restart);
 /// two releases its audited spend is `eps(2 rho)` at delta_r, well below twice one
 /// release, and within eps_ij.
 async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
-    let data = tastes(200);
-    let mut s = served_settings(url);
+    let data = taste_data(200);
+    let mut s = topn_settings(url);
     s.budget.max_rating_eps = 100.0;
     s.budget.share = "fraction:0.5".parse().unwrap();
     let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
