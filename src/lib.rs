@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod eval;
+pub mod lanes;
 pub mod ldp;
 pub mod ledger;
 pub mod metrics;

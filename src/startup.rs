@@ -318,6 +318,7 @@ impl Application {
                 std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
                 200_000,
             )),
+            write_lane: Arc::new(crate::lanes::Lane::start("dprec-write")?),
         });
         let port = listener.local_addr()?.port();
         let server = http_server(state, metrics.clone(), listener)?;

@@ -40,6 +40,8 @@ pub struct AppState {
     pub scale: RatingScale,
     /// Deleted flags and rated items per user, so top-N is served from memory.
     pub user_facts: Arc<crate::serve::facts::UserFactsCache>,
+    /// Ingestion's store transactions run here ([`crate::lanes`]).
+    pub write_lane: Arc<crate::lanes::Lane>,
 }
 
 /// Reads a JSON body: `application/json` only, at most `max_body_bytes`, unknown fields

@@ -144,7 +144,18 @@ pub async fn ingest(
         user_eps: b.default_user_eps,
         user_delta: b.default_user_delta,
     };
-    let created = match state.store.upsert_ratings(&ratings, defaults).await {
+    // On the write lane (crate::lanes): the transaction's awaits do not queue behind
+    // the reads on this worker.
+    let store = state.store.clone();
+    let (ratings, stored) = state
+        .write_lane
+        .run(async move {
+            let stored = store.upsert_ratings(&ratings, defaults).await;
+            (ratings, stored)
+        })
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    let created = match stored {
         Ok(n) => n,
         Err(StoreError::NotInCatalogue(item)) => return Err(not_in_catalogue(&ratings, &item)),
         Err(e) => {

@@ -31,6 +31,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.dev_no_auth {
         settings.auth.mode = AuthMode::Disabled;
     }
+    // Training's parallel loops yield the CPU to requests (crate::lanes).
+    crate::lanes::background_rayon_pool();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -287,6 +287,8 @@ pub struct Retrainer {
     pub hooks: Hooks,
     holder: String,
     busy: tokio::sync::Mutex<()>,
+    /// Release jobs run here, off the request workers ([`crate::lanes`]).
+    lane: crate::lanes::Lane,
 }
 
 impl Retrainer {
@@ -319,6 +321,7 @@ impl Retrainer {
             hooks,
             holder,
             busy: tokio::sync::Mutex::new(()),
+            lane: crate::lanes::Lane::start("dprec-release")?,
         })
     }
 
@@ -332,7 +335,9 @@ impl Retrainer {
     pub async fn spawn_job(self: &Arc<Self>, kind: &str, force: bool) -> anyhow::Result<i64> {
         let id = self.store.create_job(kind).await?;
         let me = self.clone();
-        tokio::spawn(async move { me.run_job(id, force).await });
+        self.lane.spawn(async move {
+            me.run_job(id, force).await;
+        });
         Ok(id)
     }
 

@@ -47,7 +47,16 @@ impl Retrainer {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tick.tick().await;
-            self.scheduled_tick().await;
+            let me = self.clone();
+            // On the release lane, like a triggered job; waited for, so ticks never overlap.
+            if self
+                .lane
+                .run(async move { me.scheduled_tick().await })
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
     }
 

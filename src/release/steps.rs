@@ -232,6 +232,8 @@ pub async fn fit(
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
     let fit = tokio::task::spawn_blocking(move || {
+        // Training takes the CPU that requests leave over (crate::lanes).
+        let _background = crate::lanes::lower_thread_priority();
         std::panic::catch_unwind(AssertUnwindSafe(|| {
             let matrix = Interactions::new(&ratings);
             let data = TrainData {
