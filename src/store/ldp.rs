@@ -16,8 +16,9 @@ use sqlx::Row;
 use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
 use crate::ledger::{pure_events, UserBudget};
 
-/// Rows per lookup of existing pairs (2 binds per row).
-const PAIR_CHUNK: usize = 400;
+/// Rows per lookup of existing pairs (2 binds per row; small for the reason given at
+/// `ratings::UPSERT_CHUNK`).
+const PAIR_CHUNK: usize = 128;
 
 /// Fails with [`StoreError::Conflict`] when a new LDP rating hits an existing pair, or
 /// any new rating hits an existing LDP pair.

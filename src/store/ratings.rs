@@ -12,7 +12,10 @@ use crate::accountant::RdpCurve;
 use crate::ledger::UserBudget;
 
 /// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 7 binds per row).
-const UPSERT_CHUNK: usize = 400;
+/// Small on purpose: sqlx binds SQLite parameters by name, and each lookup scans the
+/// statement's parameter list, so a statement costs O(binds^2) (docs/BENCHMARKS.md,
+/// "chunked release commit"); 64 rows is the size the release commit uses too.
+const UPSERT_CHUNK: usize = 64;
 
 /// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
 /// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
