@@ -7,6 +7,13 @@
 //!     --duration 60 --readers 28 --writers 4 --batch 100 --users 943 --items 1682
 //! ```
 //!
+//! Readers run a closed loop (each sends again as soon as it has its answer: the CPU is
+//! saturated, and by Little's law a reader's latency is then readers / throughput,
+//! whatever the server does) or, with `--read-rate R`, an open loop of R requests/s in
+//! all on a fixed schedule, latency counted from the scheduled time (no coordinated
+//! omission). `--write-rate B` does the same for the writers (B batches/s in all).
+//! Latency targets are checked at stated open-loop rates.
+//!
 //! Run through load-tests/mixed.sh, which builds, starts the service on loopback with a
 //! fresh store, imports the data and trains the first release. Exit status 0 whatever the
 //! figures; the script decides what counts as a failure.
@@ -35,6 +42,12 @@ struct Args {
     max_requests: u64,
     releases: bool,
     timeout: Duration,
+    /// Open loop: the readers together send this many requests per second on a fixed
+    /// schedule (latency counted from the scheduled send time, so a stall is not hidden
+    /// by the readers waiting); `None` is the closed loop (each reader sends again at once).
+    read_rate: Option<f64>,
+    /// Open loop for the writers: batches per second in all (as `read_rate`).
+    write_rate: Option<f64>,
 }
 
 fn parse_args() -> Args {
@@ -51,6 +64,8 @@ fn parse_args() -> Args {
         max_requests: 5_000_000,
         releases: true,
         timeout: Duration::from_secs(30),
+        read_rate: None,
+        write_rate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,6 +83,8 @@ fn parse_args() -> Args {
             "--max-requests" => a.max_requests = val().parse().unwrap(),
             "--timeout" => a.timeout = Duration::from_secs_f64(val().parse().unwrap()),
             "--no-releases" => a.releases = false,
+            "--read-rate" => a.read_rate = Some(val().parse().unwrap()),
+            "--write-rate" => a.write_rate = Some(val().parse().unwrap()),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -131,7 +148,17 @@ impl Shared {
         endpoint: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Option<serde_json::Value> {
-        let t = Instant::now();
+        self.timed_from(Instant::now(), endpoint, req).await
+    }
+
+    /// [`Shared::timed`] with the latency counted from `t` (an open-loop schedule's send
+    /// time, which may lie before the actual send).
+    async fn timed_from(
+        &self,
+        t: Instant,
+        endpoint: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Option<serde_json::Value> {
         let r = req.bearer_auth(&self.args.key).send().await;
         let status = status_of(&r);
         // The body is part of the latency: a client waits for the whole answer.
@@ -144,18 +171,55 @@ impl Shared {
     }
 }
 
-async fn reader(s: Arc<Shared>, seed: u64) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    while s.go_on() {
-        let u = rng.random_range(1..=s.args.users);
-        let url = format!("{}/v1/users/{u}/recommendations?n=10", s.args.base);
-        s.timed("GET /v1/users/{user}/recommendations", s.client.get(url))
-            .await;
+/// An open-loop schedule: client `k` of `clients` sends its i-th request at
+/// `(i * clients + k) / rate` seconds; `None` rate is a closed loop (send again at once).
+struct Schedule {
+    period: Option<Duration>,
+    next: Instant,
+}
+
+impl Schedule {
+    fn new(s: &Shared, rate: Option<f64>, k: usize, clients: usize) -> Self {
+        let period = rate.map(|r| Duration::from_secs_f64(clients as f64 / r));
+        let offset = period.map_or(Duration::ZERO, |p| p.mul_f64(k as f64 / clients as f64));
+        Self {
+            period,
+            next: s.started + offset,
+        }
+    }
+
+    /// Waits for the next send time and returns it (the latency's origin), or now in a
+    /// closed loop.
+    async fn wait(&mut self) -> Instant {
+        let Some(p) = self.period else {
+            return Instant::now();
+        };
+        let at = self.next;
+        tokio::time::sleep_until(at.into()).await;
+        self.next += p;
+        at
     }
 }
 
-async fn writer(s: Arc<Shared>, seed: u64) {
+async fn reader(s: Arc<Shared>, k: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut schedule = Schedule::new(&s, s.args.read_rate, k, s.args.readers);
+    while s.go_on() {
+        let u = rng.random_range(1..=s.args.users);
+        let url = format!("{}/v1/users/{u}/recommendations?n=10", s.args.base);
+        let at = schedule.wait().await;
+        s.timed_from(
+            at,
+            "GET /v1/users/{user}/recommendations",
+            s.client.get(url),
+        )
+        .await;
+    }
+}
+
+async fn writer(s: Arc<Shared>, k: usize, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut schedule = Schedule::new(&s, s.args.write_rate, k, s.args.writers);
     while s.go_on() {
         // Distinct items within a batch (the API refuses a repeated pair); users among the
         // existing ones, so ingestion touches the rows a release reads and charges.
@@ -172,7 +236,8 @@ async fn writer(s: Arc<Shared>, seed: u64) {
             .collect();
         let url = format!("{}/v1/ratings", s.args.base);
         let body = serde_json::json!({ "ratings": ratings });
-        s.timed("POST /v1/ratings", s.client.post(url).json(&body))
+        let at = schedule.wait().await;
+        s.timed_from(at, "POST /v1/ratings", s.client.post(url).json(&body))
             .await;
     }
 }
@@ -245,6 +310,12 @@ async fn releaser(s: Arc<Shared>, outcomes: Arc<Mutex<BTreeMap<String, u64>>>) {
     }
 }
 
+fn loop_kind(rate: Option<f64>) -> String {
+    rate.map_or("closed loop".into(), |r| {
+        format!("open loop, {r} req/s in all")
+    })
+}
+
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -272,10 +343,10 @@ async fn main() {
     let releases = Arc::new(Mutex::new(BTreeMap::new()));
     let mut tasks = Vec::new();
     for k in 0..args.readers {
-        tasks.push(tokio::spawn(reader(s.clone(), 1000 + k as u64)));
+        tasks.push(tokio::spawn(reader(s.clone(), k, 1000 + k as u64)));
     }
     for k in 0..args.writers {
-        tasks.push(tokio::spawn(writer(s.clone(), 2000 + k as u64)));
+        tasks.push(tokio::spawn(writer(s.clone(), k, 2000 + k as u64)));
     }
     for k in 0..args.raters {
         tasks.push(tokio::spawn(rater(s.clone(), 3000 + k as u64)));
@@ -295,10 +366,12 @@ async fn main() {
     let wall = s.started.elapsed().as_secs_f64();
 
     println!(
-        "load: {:.1} s, {} readers, {} writers ({} ratings per batch), releases {}",
+        "load: {:.1} s, {} readers ({}), {} writers ({}, {} ratings per batch), releases {}",
         wall,
         args.readers,
+        loop_kind(args.read_rate),
         args.writers,
+        loop_kind(args.write_rate),
         args.batch,
         if args.releases { "back to back" } else { "off" }
     );

@@ -4,6 +4,7 @@
 #
 #   load-tests/mixed.sh [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m]
 #                       [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases]
+#                       [--read-rate R] [--write-rate B]
 #
 # 1. builds the release binary and the `load_mixed` client (examples/load_mixed.rs);
 # 2. starts the service on 127.0.0.1 with a fresh store (SQLite file in a temp dir, or a
@@ -14,7 +15,10 @@
 #    existing users), 4 writers (batches of 100 ratings of existing users and items),
 #    /healthz every 100 ms, and admin releases back to back (trigger, wait, trigger);
 #    --raters N adds clients that rate one item and at once ask for their own top-N (the
-#    answer right after a rating); --no-releases leaves the releases out;
+#    answer right after a rating); --no-releases leaves the releases out; --read-rate R
+#    paces the readers at R requests/s in all (open loop, latency from the scheduled
+#    send time) instead of the closed loop that saturates the CPU; --write-rate B paces
+#    the writers at B batches/s in all;
 # 5. prints per endpoint: requests by status and p50 / p99 / max latency; exits 1 if any
 #    response was a 5xx or a request got no answer (timeout / connection error).
 #
@@ -29,6 +33,8 @@ WRITERS=4
 RATERS=0
 RELEASES=""
 BATCH=100
+READ_RATE=()
+WRITE_RATE=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --backend) BACKEND="$2"; shift 2 ;;
@@ -39,7 +45,9 @@ while [[ $# -gt 0 ]]; do
         --raters) RATERS="$2"; shift 2 ;;
         --no-releases) RELEASES="--no-releases"; shift ;;
         --batch) BATCH="$2"; shift 2 ;;
-        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases]" >&2; exit 2 ;;
+        --read-rate) READ_RATE=(--read-rate "$2"); shift 2 ;;
+        --write-rate) WRITE_RATE=(--write-rate "$2"); shift 2 ;;
+        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases] [--read-rate R] [--write-rate B]" >&2; exit 2 ;;
     esac
 done
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
@@ -111,7 +119,7 @@ echo "first release: $(( $(date +%s) - T0 )) s" >&2
 
 echo "== $BACKEND / $DATA: mixed load for ${DURATION}s ($READERS readers, $WRITERS writers x $BATCH ratings, $RATERS raters, releases $([[ -n "$RELEASES" ]] && echo off || echo "back to back"))" >&2
 "$CLIENT" --base "$BASE" --key "$ADMIN" --duration "$DURATION" --readers "$READERS" \
-    --writers "$WRITERS" --raters "$RATERS" --batch "$BATCH" --users "$USERS" --items "$ITEMS" $RELEASES | tee "$WORK/out.txt"
+    --writers "$WRITERS" --raters "$RATERS" --batch "$BATCH" --users "$USERS" --items "$ITEMS" $RELEASES "${READ_RATE[@]}" "${WRITE_RATE[@]}" | tee "$WORK/out.txt"
 if grep -q "database is locked\|panicked" "$WORK/serve.log"; then
     echo "server log:" >&2; grep -m5 "database is locked\|panicked" "$WORK/serve.log" >&2
 fi

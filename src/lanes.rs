@@ -9,10 +9,12 @@
 //!
 //! - the **write lane** runs ingestion's store transaction: one thread that has nothing
 //!   else to do, so each await resumes as soon as the database answers;
-//! - the **release lane** runs release jobs (snapshot, admission, ledger commit): their
-//!   CPU stretches never sit on a request worker or on the write lane;
-//! - training itself runs on a blocking thread of the release lane at a lower OS priority
-//!   ([`lower_thread_priority`]), so a release takes the CPU that requests leave over.
+//! - the **release lane** runs release jobs (snapshot, admission, training, ledger
+//!   commit) at a lower OS priority (nice 10, [`lower_thread_priority`]), its blocking
+//!   pool and training's rayon pool too ([`background_rayon_pool`]): a release takes the
+//!   CPU that requests leave over. Its ledger transactions hold SQLite's write queue only
+//!   while the database works (the lane thread waits on the database's own thread, which
+//!   keeps normal priority), so writers do not wait on a starved release.
 //!
 //! A lane is a current-thread tokio runtime on a thread of its own; dropping the [`Lane`]
 //! stops it (tasks still queued are dropped, blocking work already started finishes in
@@ -30,17 +32,32 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// Starts a lane whose thread is named `name`.
+    /// Starts a lane whose thread is named `name`, at normal priority.
     pub fn start(name: &str) -> std::io::Result<Self> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .thread_name(format!("{name}-blocking"))
-            .build()?;
+        Self::start_with(name, false)
+    }
+
+    /// Starts a lane whose threads (its own and its blocking pool) all run at nice 10:
+    /// for work that should only take the CPU requests leave over (releases).
+    pub fn start_background(name: &str) -> std::io::Result<Self> {
+        Self::start_with(name, true)
+    }
+
+    fn start_with(name: &str, background: bool) -> std::io::Result<Self> {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        builder.enable_all().thread_name(format!("{name}-blocking"));
+        if background {
+            builder.on_thread_start(|| std::mem::forget(lower_thread_priority()));
+        }
+        let rt = builder.build()?;
         let handle = rt.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
+                if background {
+                    std::mem::forget(lower_thread_priority());
+                }
                 // Either a stop signal or the Lane dropped: both end the wait.
                 let _ = rt.block_on(stopped);
                 rt.shutdown_background();
@@ -171,6 +188,23 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(name.as_deref(), Some("test-lane"));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_background_lane_runs_at_nice_10_and_its_blocking_pool_too() {
+        let lane = Lane::start_background("test-lane-bg").unwrap();
+        let (own, blocking) = lane
+            .run(async {
+                let own = PriorityGuard::current_nice();
+                let blocking = tokio::task::spawn_blocking(PriorityGuard::current_nice)
+                    .await
+                    .unwrap();
+                (own, blocking)
+            })
+            .await
+            .unwrap();
+        assert!(own >= 10 && blocking >= 10, "nice {own} / {blocking}");
     }
 
     #[tokio::test]

@@ -163,9 +163,11 @@ pub async fn ingest(
             return Err(e.into());
         }
     };
-    state
-        .user_facts
-        .invalidate(ratings.iter().map(|r| r.user.as_str()));
+    state.user_facts.apply_ratings(
+        ratings
+            .iter()
+            .map(|r| (r.user.as_str(), r.item.as_str(), r.value)),
+    );
     state.metrics.ratings_ingested.inc_by(ratings.len() as u64);
     Ok(HttpResponse::Ok().json(IngestResult {
         accepted: ratings.len(),

@@ -321,7 +321,7 @@ impl Retrainer {
             hooks,
             holder,
             busy: tokio::sync::Mutex::new(()),
-            lane: crate::lanes::Lane::start("dprec-release")?,
+            lane: crate::lanes::Lane::start_background("dprec-release")?,
         })
     }
 

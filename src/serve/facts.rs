@@ -1,9 +1,12 @@
 //! Per-user serving facts (deleted or not, which items the user rated), kept in memory so
 //! that a top-N answer comes from memory, not from the store (DESIGN 6).
 //!
-//! An entry is read from the store on first use and dropped at once when this process
-//! writes that user's ratings or deletes them; entries also expire after `ttl`, so writes
-//! made through another replica on the same database are seen within that time.
+//! An entry is read from the store on first use. When this process stores ratings, the
+//! cached entries of their users are updated in place ([`UserFactsCache::apply_ratings`]):
+//! dropping them instead sent every read of a recently rating user to the store, and
+//! under steady ingestion that was most reads. Deletions drop the entry. Entries also
+//! expire after `ttl`, so writes made through another replica on the same database are
+//! seen within that time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -70,7 +73,30 @@ impl UserFactsCache {
         map.insert(user.to_owned(), (Instant::now(), facts));
     }
 
-    /// Drops the entries of `users` (after this process wrote their ratings).
+    /// Updates the cached entries of the users in `ratings` (user, item, value), after
+    /// this process stored them: a new item is added, a re-rated one gets its new value,
+    /// and the user is no longer deleted (ingestion reinstates a deleted user, as the
+    /// store does). Users without an entry are left to be read from the store. The
+    /// ratings stay ordered by item, as the store returns them.
+    pub fn apply_ratings<'a>(&self, ratings: impl IntoIterator<Item = (&'a str, &'a str, f64)>) {
+        let mut by_user: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
+        for (user, item, value) in ratings {
+            by_user.entry(user).or_default().push((item, value));
+        }
+        let mut map = self.lock();
+        for (user, new) in by_user {
+            let Some((at, old)) = map.get(user).cloned() else {
+                continue;
+            };
+            let mut all: std::collections::BTreeMap<String, f64> =
+                old.ratings.iter().cloned().collect();
+            all.extend(new.into_iter().map(|(i, v)| (i.to_owned(), v)));
+            let facts = UserFacts::new(false, all.into_iter().collect());
+            map.insert(user.to_owned(), (at, Arc::new(facts)));
+        }
+    }
+
+    /// Drops the entries of `users` (after this process deleted their ratings).
     pub fn invalidate<'a>(&self, users: impl IntoIterator<Item = &'a str>) {
         let mut map = self.lock();
         for u in users {
@@ -104,5 +130,49 @@ mod tests {
         let expired = UserFactsCache::new(Duration::ZERO, 10);
         expired.insert("a", facts(&[]));
         assert!(expired.get("a").is_none());
+    }
+
+    #[test]
+    fn stored_ratings_update_cached_entries_in_place() {
+        let c = UserFactsCache::new(Duration::from_secs(60), 10);
+        c.insert(
+            "a",
+            Arc::new(UserFacts::new(
+                false,
+                vec![("m".into(), 2.0), ("x".into(), 4.0)],
+            )),
+        );
+        c.insert("d", Arc::new(UserFacts::new(true, vec![])));
+        c.apply_ratings([
+            ("a", "x", 5.0),
+            ("a", "b", 3.0),
+            ("d", "y", 1.0),
+            ("nobody", "z", 1.0),
+        ]);
+        let a = c.get("a").unwrap();
+        // Re-rated x, new b, kept m; ordered by item like the store's answer.
+        assert_eq!(
+            a.ratings,
+            vec![("b".into(), 3.0), ("m".into(), 2.0), ("x".into(), 5.0)]
+        );
+        assert_eq!(a.rated.len(), 3);
+        assert!(!a.deleted);
+        // A deleted user who rates again is reinstated, as in the store.
+        let d = c.get("d").unwrap();
+        assert!(!d.deleted && d.rated.contains("y"));
+        // Users without an entry are read from the store later, not invented.
+        assert!(c.get("nobody").is_none());
+    }
+
+    #[test]
+    fn an_updated_entry_keeps_its_expiry() {
+        let c = UserFactsCache::new(Duration::from_millis(50), 10);
+        c.insert("a", facts(&["x"]));
+        std::thread::sleep(Duration::from_millis(60));
+        c.apply_ratings([("a", "y", 3.0)]);
+        assert!(
+            c.get("a").is_none(),
+            "an update must not extend the entry's life"
+        );
     }
 }
