@@ -4,7 +4,7 @@
 //! (eps_u, delta_u) over the whole stream.
 //!
 //! ```text
-//! cargo run --release --example continual_bench -- [--data ../shared/datasets/ml-100k/u.data]
+//! cargo run --example continual_bench -- [--data ../shared/datasets/ml-100k/u.data]
 //!     [--periods 12,52,365] [--seeds 3] [--eps 10] [--delta 1e-6] [--cap 16] [--clip 4]
 //!     [--plot docs/figures/continual-release.svg]
 //! ```

@@ -19,9 +19,10 @@
 //! stream of `T` estimates (post-processing of the nodes) is `levels(T)` Gaussian
 //! mechanisms of multiplier `z = sigma / C`: RDP `levels(T) alpha / (2 z^2)`. With an
 //! adaptively chosen stream the per-node sensitivities are data-dependent but their
-//! squares still sum to `<= levels(T) C^2`, which is the individual-RDP filter condition
-//! of Feldman and Zrnic 2021 (Theorem 3.1). Negative increments (deletions, a
-//! re-normalised row) break the bound ([`level_norms`] measures it; the tests show it).
+//! squares still sum to `<= levels(T) C^2`, which is the condition of the individual
+//! Renyi filter of Feldman and Zrnic 2021 ("Individual privacy accounting via a Renyi
+//! filter"). Negative increments (deletions, a re-normalised row) break the bound
+//! ([`level_norms`] measures it; the tests show it).
 //! [`ArrivalCap`] is the public contribution rule that meets the condition.
 
 use std::collections::HashSet;
