@@ -115,10 +115,15 @@ impl TreeCounter {
 
     /// Adds the increment of the next period `t`, releases the nodes that end at `t`
     /// (fresh noise, drawn once per node) and returns the estimate of the sum over `1..=t`.
+    /// A negative (or non-finite) entry is an error: the privacy condition needs
+    /// nonnegative increments (the lifetime L2 bound is the caller's, e.g. [`ArrivalCap`]).
     pub fn step<R: Rng + ?Sized>(&mut self, increment: &[f64], rng: &mut R) -> Result<Vec<f64>> {
         let dim = self.open[0].len();
         if increment.len() != dim {
             return Err(invalid("increment", increment.len(), "length must be dim"));
+        }
+        if let Some(x) = increment.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
+            return Err(invalid("increment", x, "entries must be finite and >= 0"));
         }
         if self.period >= self.horizon {
             return Err(invalid("period", self.period + 1, "must be <= horizon"));
@@ -400,7 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn arrival_cap_admits_first_distinct_items_with_a_fixed_weight() {
+    fn arrival_cap_admits_first_distinct_items_and_the_counter_refuses_negative_increments() {
         let mut r = ArrivalCap::new(3, 6.0).unwrap();
         assert_eq!(r.weight(), 1.0);
         let got: Vec<f64> = [(0, 5), (0, 5), (1, 5), (0, 6), (0, 7), (0, 8)]
@@ -412,5 +417,11 @@ mod tests {
         assert!((r.weight() - 0.5).abs() < 1e-15);
         assert!(ArrivalCap::new(0, 1.0).is_err() && ArrivalCap::new(4, 0.0).is_err());
         assert!(TreeCounter::new(0, 1, 1.0).is_err() && TreeCounter::new(4, 1, 0.0).is_err());
+        let mut c = TreeCounter::new(4, 2, 1.0).unwrap();
+        let mut rng = seeded(1);
+        for bad in [[1.0, -0.5], [f64::NAN, 0.0], [f64::INFINITY, 0.0]] {
+            assert!(c.step(&bad, &mut rng).is_err(), "{bad:?} must be refused");
+        }
+        assert_eq!(c.period(), 0, "a refused increment consumes no period");
     }
 }
