@@ -71,6 +71,15 @@ impl ReleasePlan {
     pub fn noise_multiplier(&self) -> Result<f64, TrainError> {
         calibrate_noise_multiplier(self.eps_u, self.delta_u, self.releases)
     }
+
+    /// The node multiplier of a continual release by tree aggregation over `releases`
+    /// periods (`privacy::tree`): the whole stream is `levels(releases)` Gaussian
+    /// mechanisms, so they (not `releases`) compose to `(eps_u, delta_u)`. Valid only for
+    /// statistics that meet the tree's condition (docs/privacy/dp-topn.md section 4).
+    pub fn tree_noise_multiplier(&self) -> Result<f64, TrainError> {
+        let l = crate::privacy::tree::levels(self.releases).map_err(numerical)?;
+        calibrate_noise_multiplier(self.eps_u, self.delta_u, u64::from(l))
+    }
 }
 
 /// Per-user contribution bounds, public and fixed before data.
@@ -1103,5 +1112,24 @@ mod tests {
         assert!(year > 3.0 * one, "{one} vs {year}");
         let e = crate::train::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();
         assert!(e <= 10.0 && e > 9.99, "{e}");
+    }
+
+    /// The tree's node multiplier composes `levels(T)` Gaussians to the plan: 6 for 52
+    /// releases, 1 for one release (then it equals the per-release multiplier).
+    #[test]
+    fn tree_noise_composes_levels_not_releases() {
+        let plan = |releases| ReleasePlan {
+            eps_u: 10.0,
+            delta_u: 1e-6,
+            releases,
+        };
+        let z = plan(52).tree_noise_multiplier().unwrap();
+        let e6 = crate::train::gaussian_mf::gaussian_steps_eps(z, 6, 1e-6).unwrap();
+        let e7 = crate::train::gaussian_mf::gaussian_steps_eps(z, 7, 1e-6).unwrap();
+        assert!(e6 <= 10.0 && e6 > 9.99 && e7 > 10.0, "{e6} {e7}");
+        assert!(z < 0.5 * plan(52).noise_multiplier().unwrap());
+        let one = plan(1);
+        let (a, b) = (one.tree_noise_multiplier(), one.noise_multiplier());
+        assert_eq!(a.unwrap(), b.unwrap());
     }
 }
