@@ -289,6 +289,10 @@ pub struct Retrainer {
     busy: tokio::sync::Mutex<()>,
     /// Release jobs run here, off the request workers ([`crate::lanes`]).
     lane: crate::lanes::Lane,
+    /// The store for the release's snapshot read: [`Store::background`]. The ledger
+    /// commit uses the normal pool: its transactions hold SQLite's write queue, and at a
+    /// low priority they made ingestion wait (p99 635 ms against 200 ms at 1M ratings).
+    background: Store,
 }
 
 impl Retrainer {
@@ -309,6 +313,7 @@ impl Retrainer {
             rand::random::<u64>()
         );
         Ok(Self {
+            background: store.background(),
             store,
             registry,
             trainer,
@@ -441,7 +446,7 @@ impl Retrainer {
         job_id: Option<i64>,
         force: bool,
     ) -> Result<Released, ReleaseError> {
-        let snap = self.store.snapshot().await?;
+        let snap = self.background.snapshot().await?;
         let Admission {
             plan,
             private,

@@ -202,6 +202,8 @@ pub struct Store {
     write_gate: Arc<tokio::sync::Mutex<()>>,
     /// Ledger rows per transaction of a release commit (shared by the clones).
     commit_rows: Arc<AtomicUsize>,
+    /// SQLite only: a second, lazily connected pool for release work ([`Store::background`]).
+    background_pool: Option<AnyPool>,
 }
 
 pub(crate) fn parse_curve(s: &str) -> Result<RdpCurve, StoreError> {
@@ -274,37 +276,30 @@ impl Store {
         let opts = AnyConnectOptions::from_str(&url)
             .context("invalid database.url")?
             .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
-        let mut pool = AnyPoolOptions::new()
-            .max_connections(max_connections.max(2))
-            .acquire_timeout(Duration::from_secs(10));
-        if backend == Backend::Sqlite {
-            pool = pool.after_connect(move |conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor;
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA busy_timeout = 10000").await?;
-                    conn.execute(if full_sync {
-                        "PRAGMA synchronous = FULL"
-                    } else {
-                        "PRAGMA synchronous = NORMAL"
-                    })
-                    .await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = pool.connect_with(opts).await.with_context(|| {
-            format!(
-                "connecting to the {} database at {} (database.url or DATABASE_URL)",
-                backend.name(),
-                redact_url(&url)
-            )
-        })?;
+        let pool = pool_options(backend, max_connections.max(2), full_sync)
+            .connect_with(opts.clone())
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the {} database at {} (database.url or DATABASE_URL)",
+                    backend.name(),
+                    redact_url(&url)
+                )
+            })?;
+        // Opened on first use, i.e. by the release lane, whose threads run at nice 10:
+        // SQLite's per-connection worker thread is spawned by the thread that connects
+        // and inherits its priority, so a release's snapshot read and ledger writes take
+        // the CPU that requests leave over (crate::lanes).
+        // (Not for an in-memory database: a second pool would open a second database.)
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let background_pool = (backend == Backend::Sqlite && !in_memory)
+            .then(|| pool_options(backend, 2, full_sync).connect_lazy_with(opts));
         let store = Self {
             pool,
             backend,
             write_gate: Arc::new(tokio::sync::Mutex::new(())),
             commit_rows: Arc::new(AtomicUsize::new(DEFAULT_COMMIT_ROWS)),
+            background_pool,
         };
         migrations::run(&store.pool, backend)
             .await
@@ -312,16 +307,57 @@ impl Store {
         Ok(store)
     }
 
+    /// The store as release work should use it: on SQLite through the background pool
+    /// (see [`Store::connect_with`]), on PostgreSQL the same store (its work runs in the
+    /// database server's processes). Shares the write queue and settings.
+    pub fn background(&self) -> Store {
+        let mut s = self.clone();
+        if let Some(p) = &self.background_pool {
+            s.pool = p.clone();
+        }
+        s
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
+}
 
+/// Pool options: bounded, and on SQLite every connection in WAL mode with a busy timeout
+/// and the chosen `synchronous`.
+fn pool_options(backend: Backend, max_connections: u32, full_sync: bool) -> AnyPoolOptions {
+    let mut pool = AnyPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10));
+    if backend == Backend::Sqlite {
+        pool = pool.after_connect(move |conn, _| {
+            Box::pin(async move {
+                use sqlx::Executor;
+                conn.execute("PRAGMA journal_mode = WAL").await?;
+                conn.execute("PRAGMA busy_timeout = 10000").await?;
+                conn.execute(if full_sync {
+                    "PRAGMA synchronous = FULL"
+                } else {
+                    "PRAGMA synchronous = NORMAL"
+                })
+                .await?;
+                Ok(())
+            })
+        });
+    }
+    pool
+}
+
+impl Store {
     pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
     pub async fn close(&self) {
         self.pool.close().await;
+        if let Some(p) = &self.background_pool {
+            p.close().await;
+        }
     }
 
     /// Readiness probe: the store answers a query.
