@@ -330,6 +330,10 @@ async fn main() {
     let client = reqwest::Client::builder()
         .timeout(args.timeout)
         .pool_max_idle_per_host(args.readers + args.writers + args.raters + 4)
+        // Below the server's 5 s keep-alive: a pooled connection the server is closing
+        // for idleness would otherwise now and then take a request and fail it (`io`),
+        // a race of the client's pool, not an answer of the server.
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let s = Arc::new(Shared {
