@@ -30,7 +30,7 @@
 //! groups (a group by its mix weight, then an item by popularity within the group, from
 //! per-group alias tables) and otherwise from the global popularity law. The per-draw
 //! law is then `(1 - p) w_i / W + p m_g(i) w_i / W_g(i)`, and successive sampling
-//! (both paths above) uses it. Off (`personal_share` 0 or `groups` 0), the generator
+//! (both paths above) uses it. Off (`personal_share` 0, the default), the generator
 //! draws exactly what it drew before the option existed.
 //!
 //! Determinism: every random quantity comes from ChaCha20 keyed by the seed, with one
@@ -68,7 +68,7 @@ const TASTE_SALT: u64 = 0x7a57_e000_6a0c_0b5e;
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Taste {
-    /// Number of groups the items are hashed into (0: off).
+    /// Number of groups the items are hashed into (0 only with `personal_share` 0).
     pub groups: usize,
     /// Distinct groups in each user's mix (at most the number of non-empty groups).
     pub groups_per_user: usize,
@@ -274,6 +274,9 @@ impl SyntheticConfig {
         let t = &self.taste;
         if !(0.0..=1.0).contains(&t.personal_share) {
             return bad("taste.personal_share must lie in [0, 1]".into());
+        }
+        if t.personal_share > 0.0 && t.groups == 0 {
+            return bad("taste.personal_share > 0 needs taste.groups > 0".into());
         }
         if t.is_on() && !(1..=t.groups).contains(&t.groups_per_user) {
             return bad(format!(
@@ -1038,25 +1041,17 @@ mod tests {
             assert_eq!(cfg.taste, Taste::default());
             let got = fingerprint(&generate(&cfg).unwrap().ratings);
             assert_eq!(got, want, "{cfg:?}");
-            // A share without groups, or groups without a share, is still off.
-            for taste in [
-                Taste {
-                    groups: 0,
-                    groups_per_user: 0,
-                    personal_share: 0.5,
-                },
-                Taste {
-                    groups: 7,
-                    groups_per_user: 2,
-                    personal_share: 0.0,
-                },
-            ] {
-                let off = SyntheticConfig {
-                    taste,
-                    ..cfg.clone()
-                };
-                assert_eq!(fingerprint(&generate(&off).unwrap().ratings), want);
-            }
+            // Groups without a share are still off.
+            let taste = Taste {
+                groups: 7,
+                groups_per_user: 2,
+                personal_share: 0.0,
+            };
+            let off = SyntheticConfig {
+                taste,
+                ..cfg.clone()
+            };
+            assert_eq!(fingerprint(&generate(&off).unwrap().ratings), want);
         }
     }
 
@@ -1376,6 +1371,14 @@ mod tests {
                 ..small(0)
             },
             tasteful(0, 1.5),
+            SyntheticConfig {
+                taste: Taste {
+                    groups: 0,
+                    groups_per_user: 2,
+                    personal_share: 0.5,
+                },
+                ..small(0)
+            },
             SyntheticConfig {
                 taste: Taste {
                     groups: 3,
