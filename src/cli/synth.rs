@@ -45,7 +45,7 @@ pub struct SynthArgs {
     /// ml100k and 0.7 for ml20m].
     #[arg(long)]
     pub noise: Option<f64>,
-    /// Number of taste groups (0: off) [default: the preset's, 0 or 20 for *-taste].
+    /// Number of taste groups [default: the preset's: 0, or 20 for the *-taste presets].
     #[arg(long)]
     pub taste_groups: Option<usize>,
     /// Taste groups in each user's mix [default: the preset's].
