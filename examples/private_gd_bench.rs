@@ -3,7 +3,7 @@
 //! the curator aggregates and updates the item profiles.
 //!
 //! ```text
-//! cargo run --release --example private_gd_bench -- [--preset ml20m|ml100k] [--dim Q]
+//! cargo run --release --example private_gd_bench -- [--preset ml20m|ml100k|ml20m-taste|ml100k-taste] [--dim Q]
 //!     [--rounds N] [--seed N]
 //! ```
 //!
@@ -32,14 +32,15 @@ fn main() -> anyhow::Result<()> {
             "--dim" => dim = val().parse()?,
             "--rounds" => rounds = val().parse()?,
             other => anyhow::bail!(
-                "unknown argument {other:?} (use --preset ml20m|ml100k, --dim Q, --rounds N, --seed N)"
+                "unknown argument {other:?} (use --preset ml20m|ml100k|ml20m-taste|ml100k-taste, --dim Q, --rounds N, --seed N)"
             ),
         }
     }
-    let mut cfg = match preset.as_str() {
-        "ml20m" => SyntheticConfig::movielens_20m_like(),
-        "ml100k" => SyntheticConfig::movielens_100k_like(),
-        other => anyhow::bail!("unknown preset {other:?} (ml20m or ml100k)"),
+    let Some(mut cfg) = SyntheticConfig::preset(&preset) else {
+        anyhow::bail!(
+            "unknown preset {preset:?} (one of {:?})",
+            SyntheticConfig::PRESETS
+        )
     };
     cfg.seed = seed;
     let t = Instant::now();

@@ -1,7 +1,7 @@
 //! Times synthetic generation at MovieLens scale and the CSR/CSC build on top of it.
 //!
 //! ```text
-//! cargo run --release --example synth_bench -- [--preset ml20m|ml100k] [--seed N]
+//! cargo run --release --example synth_bench -- [--preset ml20m|ml100k|ml20m-taste|ml100k-taste] [--seed N]
 //! ```
 //!
 //! Prints seconds per step and the peak resident memory (VmHWM).
@@ -31,14 +31,15 @@ fn main() -> anyhow::Result<()> {
             "--preset" => preset = args.next().unwrap_or_default(),
             "--seed" => seed = args.next().unwrap_or_default().parse()?,
             other => {
-                anyhow::bail!("unknown argument {other:?} (use --preset ml20m|ml100k, --seed N)")
+                anyhow::bail!("unknown argument {other:?} (use --preset ml20m|ml100k|ml20m-taste|ml100k-taste, --seed N)")
             }
         }
     }
-    let mut cfg = match preset.as_str() {
-        "ml20m" => SyntheticConfig::movielens_20m_like(),
-        "ml100k" => SyntheticConfig::movielens_100k_like(),
-        other => anyhow::bail!("unknown preset {other:?} (ml20m or ml100k)"),
+    let Some(mut cfg) = SyntheticConfig::preset(&preset) else {
+        anyhow::bail!(
+            "unknown preset {preset:?} (one of {:?})",
+            SyntheticConfig::PRESETS
+        )
     };
     cfg.seed = seed;
     println!(
@@ -72,6 +73,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     let m = Interactions::new(r);
     let build = t.elapsed().as_secs_f64();
+    println!("fingerprint:   {:016x}", synthetic::fingerprint(r));
     println!(
         "interactions:  {build:8.2} s  ({} entries in CSR + CSC)",
         m.nnz()

@@ -50,15 +50,16 @@ fn main() -> anyhow::Result<()> {
             "--param" => params.push(args.next().unwrap_or_default()),
             "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
             other => anyhow::bail!(
-                "unknown argument {other:?} (--preset ml20m|ml100k, --scale N, --quality, \
+                "unknown argument {other:?} (--preset ml20m|ml100k|ml20m-taste|ml100k-taste, --scale N, --quality, \
                  --releases N, --eps X, --param k=v, --rank-users N, --seed N)"
             ),
         }
     }
-    let mut cfg = match preset.as_str() {
-        "ml20m" => SyntheticConfig::movielens_20m_like(),
-        "ml100k" => SyntheticConfig::movielens_100k_like(),
-        other => anyhow::bail!("unknown preset {other:?} (ml20m or ml100k)"),
+    let Some(mut cfg) = SyntheticConfig::preset(&preset) else {
+        anyhow::bail!(
+            "unknown preset {preset:?} (one of {:?})",
+            SyntheticConfig::PRESETS
+        )
     };
     if let Some(n) = scale {
         cfg = cfg.scaled(n);

@@ -15,6 +15,11 @@ pub enum Preset {
     Ml100k,
     /// MovieLens-20M sized: 138,493 users, 26,744 items, 20,000,263 ratings, half stars.
     Ml20m,
+    /// ml100k whose users rate within their taste groups (personal structure in which
+    /// items are rated, calibrated to ML-100K's EASE / popularity ratio).
+    Ml100kTaste,
+    /// ml20m with the taste groups of ml100k-taste.
+    Ml20mTaste,
 }
 
 /// Arguments of `dprec synth`.
@@ -40,6 +45,16 @@ pub struct SynthArgs {
     /// ml100k and 0.7 for ml20m].
     #[arg(long)]
     pub noise: Option<f64>,
+    /// Number of taste groups [default: the preset's: 0, or 20 for the *-taste presets].
+    #[arg(long)]
+    pub taste_groups: Option<usize>,
+    /// Taste groups in each user's mix [default: the preset's].
+    #[arg(long)]
+    pub groups_per_user: Option<usize>,
+    /// Share of a user's item draws from the user's taste groups, in [0, 1] (0: off)
+    /// [default: the preset's].
+    #[arg(long)]
+    pub personal_share: Option<f64>,
     /// Seed of the generator [default: 42].
     #[arg(long, default_value_t = 42, hide_default_value = true)]
     pub seed: u64,
@@ -54,6 +69,8 @@ impl SynthArgs {
         let mut cfg = match self.preset {
             Preset::Ml100k => SyntheticConfig::movielens_100k_like(),
             Preset::Ml20m => SyntheticConfig::movielens_20m_like(),
+            Preset::Ml100kTaste => SyntheticConfig::movielens_100k_taste(),
+            Preset::Ml20mTaste => SyntheticConfig::movielens_20m_taste(),
         };
         if let Some(n) = self.ratings {
             cfg = cfg.scaled(n);
@@ -70,6 +87,10 @@ impl SynthArgs {
         if let Some(s) = self.noise {
             cfg.noise_sd = s;
         }
+        let t = &mut cfg.taste;
+        t.groups = self.taste_groups.unwrap_or(t.groups);
+        t.groups_per_user = self.groups_per_user.unwrap_or(t.groups_per_user);
+        t.personal_share = self.personal_share.unwrap_or(t.personal_share);
         cfg.seed = self.seed;
         cfg
     }
@@ -180,5 +201,16 @@ mod tests {
         assert_eq!((c.rank, c.noise_sd, c.seed), (4, 0.3, 7));
         assert_eq!(c.scale.step, 0.5);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn every_preset_name_parses_to_its_config() {
+        for name in SyntheticConfig::PRESETS {
+            let a = parse(&["--preset", name, "--out", "x.csv"]);
+            assert_eq!(Some(a.config()), SyntheticConfig::preset(name), "{name}");
+        }
+        let taste = parse(&["--preset", "ml20m-taste", "--out", "x.csv"]).config();
+        assert!(taste.taste.is_on());
+        assert_eq!(taste.n_ratings, 20_000_263);
     }
 }

@@ -20,6 +20,19 @@
 //!   of repeats against a bitset, or Efraimidis-Spirakis keys for very active users;
 //!   both give the same distribution), so there are no duplicate (user, item) pairs.
 //!
+//! Taste groups ([`Taste`], off by default): with popularity alone the observed pattern
+//! carries no personal structure (the latent factors only set the values), so item-item
+//! top-N models can do no better than popularity. With `taste` on, every item belongs
+//! to one of `taste.groups` groups (a public hash of the seed and the item index), every
+//! user has a mix over `taste.groups_per_user` distinct non-empty groups (uniform choice,
+//! Dirichlet(1) weights, drawn on the user's stream after the user parameters), and
+//! each of the user's draws comes with probability `personal_share` from the user's
+//! groups (a group by its mix weight, then an item by popularity within the group, from
+//! per-group alias tables) and otherwise from the global popularity law. The per-draw
+//! law is then `(1 - p) w_i / W + p m_g(i) w_i / W_g(i)`, and successive sampling
+//! (both paths above) uses it. Off (`personal_share` 0, the default), the generator
+//! draws exactly what it drew before the option existed.
+//!
 //! Determinism: every random quantity comes from ChaCha20 keyed by the seed, with one
 //! stream per user (stream number = user index) and dedicated streams for the item
 //! parameters and the activity counts. Users are generated in parallel, each into its
@@ -47,6 +60,28 @@ const ITEM_STREAM: u64 = u64::MAX;
 const COUNT_STREAM: u64 = u64::MAX - 1;
 /// Users per parallel task.
 const CHUNK_USERS: usize = 128;
+/// Mixed into the seed for the public item-to-group hash of [`Taste`].
+const TASTE_SALT: u64 = 0x7a57_e000_6a0c_0b5e;
+
+/// Taste groups that make WHICH items a user rates personal (module documentation).
+/// The default is off and reproduces the popularity-only generator exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Taste {
+    /// Number of groups the items are hashed into (0 only with `personal_share` 0).
+    pub groups: usize,
+    /// Distinct groups in each user's mix (at most the number of non-empty groups).
+    pub groups_per_user: usize,
+    /// Probability that one of a user's item draws comes from the user's groups (0: off).
+    pub personal_share: f64,
+}
+
+impl Taste {
+    /// Whether the option changes anything.
+    pub fn is_on(&self) -> bool {
+        self.groups > 0 && self.personal_share > 0.0
+    }
+}
 
 /// Parameters of the synthetic generator. See the module documentation for the model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -71,6 +106,9 @@ pub struct SyntheticConfig {
     pub min_ratings_per_user: usize,
     pub scale: RatingScale,
     pub seed: u64,
+    /// Personal structure in which items are rated; absent in older configurations.
+    #[serde(default)]
+    pub taste: Taste,
 }
 
 impl SyntheticConfig {
@@ -91,6 +129,7 @@ impl SyntheticConfig {
             min_ratings_per_user: 20,
             scale: RatingScale::ONE_TO_FIVE,
             seed: 42,
+            taste: Taste::default(),
         }
     }
 
@@ -116,6 +155,47 @@ impl SyntheticConfig {
                 step: 0.5,
             },
             seed: 42,
+            taste: Taste::default(),
+        }
+    }
+
+    /// The taste groups of the `*_taste` presets, calibrated on the MovieLens-100K-sized
+    /// data so that non-private EASE / popularity NDCG@10 is near real ML-100K's 1.93
+    /// (1.91, mean over five seeds; docs/EVALUATION.md, "ML-20M-size synthetic preset
+    /// with taste groups").
+    pub const TASTE: Taste = Taste {
+        groups: 20,
+        groups_per_user: 2,
+        personal_share: 0.83,
+    };
+
+    /// [`Self::movielens_100k_like`] with [`Self::TASTE`]: users rate within their tastes.
+    pub fn movielens_100k_taste() -> Self {
+        Self {
+            taste: Self::TASTE,
+            ..Self::movielens_100k_like()
+        }
+    }
+
+    /// [`Self::movielens_20m_like`] with [`Self::TASTE`]: users rate within their tastes.
+    pub fn movielens_20m_taste() -> Self {
+        Self {
+            taste: Self::TASTE,
+            ..Self::movielens_20m_like()
+        }
+    }
+
+    /// Preset names, as the CLI and the examples spell them.
+    pub const PRESETS: [&'static str; 4] = ["ml100k", "ml20m", "ml100k-taste", "ml20m-taste"];
+
+    /// The preset called `name` (one of [`Self::PRESETS`]).
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "ml100k" => Some(Self::movielens_100k_like()),
+            "ml20m" => Some(Self::movielens_20m_like()),
+            "ml100k-taste" => Some(Self::movielens_100k_taste()),
+            "ml20m-taste" => Some(Self::movielens_20m_taste()),
+            _ => None,
         }
     }
 
@@ -190,6 +270,19 @@ impl SyntheticConfig {
         }
         if !(self.user_activity_exponent.is_finite() && self.user_activity_exponent > 0.0) {
             return bad("user_activity_exponent must be finite and > 0".into());
+        }
+        let t = &self.taste;
+        if !(0.0..=1.0).contains(&t.personal_share) {
+            return bad("taste.personal_share must lie in [0, 1]".into());
+        }
+        if t.personal_share > 0.0 && t.groups == 0 {
+            return bad("taste.personal_share > 0 needs taste.groups > 0".into());
+        }
+        if t.is_on() && !(1..=t.groups).contains(&t.groups_per_user) {
+            return bad(format!(
+                "taste.groups_per_user {} must lie in [1, taste.groups = {}]",
+                t.groups_per_user, t.groups
+            ));
         }
         RatingScale::new(self.scale.min, self.scale.max, self.scale.step)?;
         Ok(())
@@ -370,6 +463,33 @@ pub fn write_csv_with_progress(
     body().map_err(io)
 }
 
+/// A 64-bit fingerprint (FNV-1a) of every (user, item, value) triple in order: equal
+/// data give equal fingerprints, so a recorded fingerprint pins a generator's output.
+pub fn fingerprint(r: &Ratings) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for k in 0..r.len() {
+        for x in [r.users[k], r.items[k], r.values[k].to_bits()] {
+            for b in x.to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
+/// The taste group of every item (`0..cfg.taste.groups`; empty when `groups` is 0): a
+/// public hash of the seed and the item index.
+pub fn item_groups(cfg: &SyntheticConfig) -> Vec<u32> {
+    let g = cfg.taste.groups as u64;
+    if g == 0 {
+        return Vec::new();
+    }
+    let key = splitmix64(cfg.seed ^ TASTE_SALT);
+    (0..cfg.n_items as u64)
+        .map(|i| (splitmix64(key ^ i) % g) as u32)
+        .collect()
+}
+
 /// Shared, read-only state of one generation run.
 struct Model<'a> {
     cfg: &'a SyntheticConfig,
@@ -377,10 +497,114 @@ struct Model<'a> {
     alias: AliasTable,
     /// Unnormalised popularity weights, for the without-replacement fallback.
     weights: Vec<f64>,
+    /// Per-group tables when [`Taste`] is on.
+    taste: Option<TasteTables>,
     item_bias: Vec<f64>,
     item_factors: Vec<f64>,
     /// Largest step index on the scale grid.
     max_step: f64,
+}
+
+/// Read-only tables of the taste groups (indexed by group, `0..taste.groups`).
+struct TasteTables {
+    share: f64,
+    per_user: usize,
+    /// Group of each item ([`item_groups`]).
+    group_of: Vec<u32>,
+    /// Groups with positive popularity mass: the ones a user's mix may hold.
+    usable: Vec<u32>,
+    /// Items of each group and an alias table over their popularity weights (`None`
+    /// for groups without mass).
+    members: Vec<Vec<u32>>,
+    tables: Vec<Option<AliasTable>>,
+    /// Popularity mass of each group, and of all items.
+    mass: Vec<f64>,
+    total: f64,
+}
+
+impl TasteTables {
+    fn new(cfg: &SyntheticConfig, weights: &[f64]) -> Self {
+        let n_groups = cfg.taste.groups;
+        let group_of = item_groups(cfg);
+        let mut members = vec![Vec::new(); n_groups];
+        for (i, &g) in group_of.iter().enumerate() {
+            members[g as usize].push(i as u32);
+        }
+        let mass: Vec<f64> = members
+            .iter()
+            .map(|m| m.iter().map(|&i| weights[i as usize]).sum())
+            .collect();
+        let usable: Vec<u32> = (0..n_groups as u32)
+            .filter(|&g| mass[g as usize] > 0.0)
+            .collect();
+        let tables = members
+            .iter()
+            .zip(&mass)
+            .map(|(m, &w)| {
+                let member_weights: Vec<f64> = m.iter().map(|&i| weights[i as usize]).collect();
+                (w > 0.0).then(|| AliasTable::new(&member_weights))
+            })
+            .collect();
+        Self {
+            share: cfg.taste.personal_share,
+            per_user: cfg.taste.groups_per_user,
+            group_of,
+            usable,
+            members,
+            tables,
+            mass,
+            total: weights.iter().sum(),
+        }
+    }
+
+    /// Draws a user's mix into `mix`: distinct usable groups with cumulative Dirichlet(1)
+    /// weights (the last is 1).
+    fn draw_mix(&self, r: &mut DpRng, mix: &mut Vec<(u32, f64)>) {
+        mix.clear();
+        let k = self.per_user.min(self.usable.len());
+        let mut total = 0.0;
+        while mix.len() < k {
+            let g = self.usable[r.random_range(0..self.usable.len())];
+            if mix.iter().all(|&(h, _)| h != g) {
+                let e = -(1.0 - r.random::<f64>()).ln(); // Exp(1)
+                total += e;
+                mix.push((g, total));
+            }
+        }
+        for m in mix.iter_mut() {
+            m.1 /= total;
+        }
+    }
+
+    /// One draw from the user's law: a group of the mix with probability `share`, then
+    /// an item of it by popularity; otherwise an item by global popularity.
+    fn sample(&self, r: &mut DpRng, mix: &[(u32, f64)], global: &AliasTable) -> u32 {
+        if mix.is_empty() || r.random::<f64>() >= self.share {
+            return global.sample(r);
+        }
+        let u: f64 = r.random();
+        let g = mix
+            .iter()
+            .find(|m| u < m.1)
+            .unwrap_or(&mix[mix.len() - 1])
+            .0 as usize;
+        match &self.tables[g] {
+            Some(t) => self.members[g][t.sample(r) as usize],
+            None => global.sample(r), // not reached: mixes hold usable groups only
+        }
+    }
+
+    /// Per-group factors `m_g` with the user's per-draw law `w_i * m_group(i)`.
+    fn multipliers(&self, mix: &[(u32, f64)], out: &mut Vec<f64>) {
+        let personal = if mix.is_empty() { 0.0 } else { self.share };
+        out.clear();
+        out.resize(self.mass.len(), (1.0 - personal) / self.total);
+        let mut prev = 0.0;
+        for &(g, c) in mix {
+            out[g as usize] += personal * (c - prev) / self.mass[g as usize];
+            prev = c;
+        }
+    }
 }
 
 /// Per-task buffers, reused across users.
@@ -388,6 +612,9 @@ struct Scratch {
     seen: Vec<u64>,
     factors: Vec<f64>,
     keys: Vec<(f64, u32)>,
+    /// The user's taste mix (group, cumulative weight) and per-group factors.
+    mix: Vec<(u32, f64)>,
+    multipliers: Vec<f64>,
 }
 
 impl Scratch {
@@ -396,6 +623,8 @@ impl Scratch {
             seen: vec![0; cfg.n_items.div_ceil(64)],
             factors: vec![0.0; cfg.rank],
             keys: Vec::new(),
+            mix: Vec::new(),
+            multipliers: Vec::new(),
         }
     }
 }
@@ -414,6 +643,7 @@ impl<'a> Model<'a> {
             cfg,
             base: rng::seeded(cfg.seed),
             alias: AliasTable::new(&weights),
+            taste: cfg.taste.is_on().then(|| TasteTables::new(cfg, &weights)),
             weights,
             item_bias,
             item_factors,
@@ -426,6 +656,9 @@ impl<'a> Model<'a> {
         let cfg = self.cfg;
         let mut r = stream(&self.base, u as u64);
         let b_u = user_params(&mut r, cfg, &mut s.factors);
+        if let Some(t) = &self.taste {
+            t.draw_mix(&mut r, &mut s.mix);
+        }
         self.sample_items(&mut r, items, s);
         items.sort_unstable();
         let d = cfg.rank;
@@ -459,7 +692,10 @@ impl<'a> Model<'a> {
             let mut got = 0;
             let mut draws = 0;
             while got < c && draws < budget {
-                let i = self.alias.sample(r);
+                let i = match &self.taste {
+                    Some(t) => t.sample(r, &s.mix, &self.alias),
+                    None => self.alias.sample(r),
+                };
                 draws += 1;
                 let (w, b) = (i as usize / 64, 1u64 << (i % 64));
                 if s.seen[w] & b == 0 {
@@ -475,10 +711,24 @@ impl<'a> Model<'a> {
                 return;
             }
         }
-        // Efraimidis-Spirakis: the c largest keys ln(U)/w_i form a successive sample.
+        self.sample_by_keys(r, out, s);
+    }
+
+    /// Efraimidis-Spirakis: the `out.len()` largest keys ln(U)/w_i form a successive
+    /// sample (w_i the user's per-draw law, up to a constant factor).
+    fn sample_by_keys(&self, r: &mut DpRng, out: &mut [u32], s: &mut Scratch) {
+        let c = out.len();
+        let taste = self.taste.as_ref().map(|t| {
+            t.multipliers(&s.mix, &mut s.multipliers);
+            (&t.group_of, &s.multipliers)
+        });
         s.keys.clear();
         s.keys
             .extend(self.weights.iter().enumerate().map(|(i, &w)| {
+                let w = match taste {
+                    Some((group_of, m)) => w * m[group_of[i] as usize],
+                    None => w,
+                };
                 let u: f64 = 1.0 - r.random::<f64>(); // (0, 1]
                 let key = if w > 0.0 {
                     u.ln() / w
@@ -688,6 +938,18 @@ mod tests {
                 step: 0.5,
             },
             seed,
+            taste: Taste::default(),
+        }
+    }
+
+    fn tasteful(seed: u64, personal_share: f64) -> SyntheticConfig {
+        SyntheticConfig {
+            taste: Taste {
+                groups: 8,
+                groups_per_user: 2,
+                personal_share,
+            },
+            ..small(seed)
         }
     }
 
@@ -736,15 +998,165 @@ mod tests {
 
     #[test]
     fn output_does_not_depend_on_thread_count() {
-        let cfg = small(11);
-        let run = |threads| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| generate(&cfg).unwrap())
+        for cfg in [small(11), tasteful(11, 0.6)] {
+            let run = |threads| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| generate(&cfg).unwrap())
+            };
+            assert!(same(&run(1).ratings, &run(3).ratings));
+        }
+    }
+
+    const FP_ML100K: u64 = 0xd60091dc73d4e202;
+    const FP_ML20M_200K: u64 = 0xc72e49a024d80009;
+    const FP_SMALL: u64 = 0x3a499126e2e033ae;
+    const FP_STEEP: u64 = 0xb35e1759b8e57884;
+
+    /// Fingerprints of the popularity-only generator, recorded with the code before
+    /// `Taste` existed (commit 8c0d452, `fingerprint` added on top): the default taste
+    /// must reproduce these data bit for bit. The full ML-20M preset's fingerprint is
+    /// checked by `examples/synth_bench.rs` (docs/BENCHMARKS.md), too slow for a test.
+    #[test]
+    fn default_taste_reproduces_the_recorded_data() {
+        let steep = SyntheticConfig {
+            n_users: 40,
+            n_items: 50,
+            n_ratings: 1_800,
+            min_ratings_per_user: 30,
+            ..small(21)
         };
-        assert!(same(&run(1).ratings, &run(3).ratings));
+        let cases = [
+            (SyntheticConfig::movielens_100k_like(), FP_ML100K),
+            (
+                SyntheticConfig::movielens_20m_like().scaled(200_000),
+                FP_ML20M_200K,
+            ),
+            (small(5), FP_SMALL),
+            (steep, FP_STEEP),
+        ];
+        for (cfg, want) in cases {
+            assert_eq!(cfg.taste, Taste::default());
+            let got = fingerprint(&generate(&cfg).unwrap().ratings);
+            assert_eq!(got, want, "{cfg:?}");
+            // Groups without a share are still off.
+            let taste = Taste {
+                groups: 7,
+                groups_per_user: 2,
+                personal_share: 0.0,
+            };
+            let off = SyntheticConfig {
+                taste,
+                ..cfg.clone()
+            };
+            assert_eq!(fingerprint(&generate(&off).unwrap().ratings), want);
+        }
+    }
+
+    #[test]
+    fn configs_without_taste_deserialize_to_the_default() {
+        let cfg = SyntheticConfig::movielens_20m_like();
+        let mut json = serde_json::to_value(&cfg).unwrap();
+        json.as_object_mut().unwrap().remove("taste");
+        let back: SyntheticConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, cfg);
+        let taste = SyntheticConfig::movielens_20m_taste();
+        let json = serde_json::to_string(&taste).unwrap();
+        assert_eq!(
+            serde_json::from_str::<SyntheticConfig>(&json).unwrap(),
+            taste
+        );
+    }
+
+    /// Mean over users of the share of a user's ratings inside the user's own groups
+    /// (the mix replayed from the user's stream).
+    fn own_group_share(cfg: &SyntheticConfig, data: &Ratings) -> f64 {
+        let tables = TasteTables::new(cfg, &popularity_weights(cfg));
+        let base = rng::seeded(cfg.seed);
+        let mut factors = vec![0.0; cfg.rank];
+        let mixes: Vec<Vec<u32>> = (0..cfg.n_users)
+            .map(|u| {
+                let mut r = stream(&base, u as u64);
+                user_params(&mut r, cfg, &mut factors);
+                let mut mix = Vec::new();
+                tables.draw_mix(&mut r, &mut mix);
+                mix.iter().map(|m| m.0).collect()
+            })
+            .collect();
+        let mut inside = vec![0usize; cfg.n_users];
+        for (&u, &i) in data.users.iter().zip(&data.items) {
+            let g = tables.group_of[i as usize];
+            inside[u as usize] += usize::from(mixes[u as usize].contains(&g));
+        }
+        let counts = user_counts(data);
+        let shares: f64 = inside
+            .iter()
+            .zip(&counts)
+            .map(|(&k, &c)| k as f64 / c as f64)
+            .sum();
+        shares / cfg.n_users as f64
+    }
+
+    #[test]
+    fn taste_concentrates_a_users_ratings_in_their_groups() {
+        // 8 groups, 2 per user: by popularity alone about 2/8 of a user's ratings fall
+        // in the user's groups; with personal_share p about p + (1 - p) / 4, less what
+        // very active users lose to exhausting their groups. Measured: 0.605 on and
+        // 0.255 off at seed 6, 0.600-0.608 and 0.248-0.255 at seeds 1..4, so the
+        // thresholds are about 20 seed-to-seed spreads away (false failure negligible);
+        // ignoring personal_share gives the "off" figure and fails the first assert.
+        let on = tasteful(6, 0.6);
+        let off = Taste {
+            personal_share: 0.0,
+            ..on.taste
+        };
+        let data_on = generate(&on).unwrap();
+        let data_off = generate(&SyntheticConfig {
+            taste: off,
+            ..on.clone()
+        })
+        .unwrap();
+        let share_on = own_group_share(&on, &data_on.ratings);
+        let share_off = own_group_share(&on, &data_off.ratings);
+        assert!(share_on > 0.5, "taste on: {share_on}");
+        assert!(share_off < 0.35, "taste off: {share_off}");
+    }
+
+    #[test]
+    fn taste_draws_follow_the_law_of_the_keyed_path() {
+        // The rejection path draws with TasteTables::sample, the keyed path weighs items
+        // by w_i * m_g; both must be the same law. 200,000 draws: a group's frequency has
+        // sd <= 0.0012, the tolerance 0.006 is 5 sd (false failure < 1e-5 per group).
+        let cfg = tasteful(3, 0.7);
+        let weights = popularity_weights(&cfg);
+        let tables = TasteTables::new(&cfg, &weights);
+        let global = AliasTable::new(&weights);
+        let mut r = rng::seeded(9);
+        let mut mix = Vec::new();
+        tables.draw_mix(&mut r, &mut mix);
+        let mut m = Vec::new();
+        tables.multipliers(&mix, &mut m);
+        let mut want = vec![0.0; cfg.taste.groups];
+        for (i, &w) in weights.iter().enumerate() {
+            want[tables.group_of[i] as usize] += w * m[tables.group_of[i] as usize];
+        }
+        assert!((want.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        let n = 200_000;
+        let mut hits = vec![0usize; cfg.taste.groups];
+        for _ in 0..n {
+            hits[tables.group_of[tables.sample(&mut r, &mix, &global) as usize] as usize] += 1;
+        }
+        for (h, w) in hits.iter().zip(&want) {
+            assert!(
+                (*h as f64 / n as f64 - w).abs() < 0.006,
+                "{hits:?} vs {want:?}"
+            );
+        }
+        // The user's groups get at least the personal share.
+        let own: f64 = mix.iter().map(|g| want[g.0 as usize]).sum();
+        assert!(own >= 0.7, "{own}");
     }
 
     #[test]
@@ -869,14 +1281,19 @@ mod tests {
     fn very_active_users_and_steep_popularity_stay_exact() {
         // Counts near n_items (direct without-replacement path) and a popularity law so
         // steep that rejection runs out of budget.
-        for (exponent, min, n_ratings) in [(1.0, 30, 1_800), (4.0, 10, 1_000)] {
+        let cases = [
+            (1.0, 30, 1_800, 0.0),
+            (4.0, 10, 1_000, 0.0),
+            (1.0, 30, 1_800, 0.8),
+        ];
+        for (exponent, min, n_ratings, personal_share) in cases {
             let cfg = SyntheticConfig {
                 n_users: 40,
                 n_items: 50,
                 n_ratings,
                 min_ratings_per_user: min,
                 item_popularity_exponent: exponent,
-                ..small(21)
+                ..tasteful(21, personal_share)
             };
             let d = generate(&cfg).unwrap();
             let r = &d.ratings;
@@ -951,6 +1368,23 @@ mod tests {
             },
             SyntheticConfig {
                 user_activity_exponent: 0.0,
+                ..small(0)
+            },
+            tasteful(0, 1.5),
+            SyntheticConfig {
+                taste: Taste {
+                    groups: 0,
+                    groups_per_user: 2,
+                    personal_share: 0.5,
+                },
+                ..small(0)
+            },
+            SyntheticConfig {
+                taste: Taste {
+                    groups: 3,
+                    groups_per_user: 4,
+                    personal_share: 0.5,
+                },
                 ..small(0)
             },
         ];
