@@ -419,12 +419,20 @@ async fn commit(
                 })
             }
         }
-        longest = longest.max(t.elapsed());
+        let took = t.elapsed();
+        longest = longest.max(took);
         if k + 1 < n {
-            // Writers queued on the in-process gate get it first (it is fair); a short
-            // pause also lets writers polling SQLite's lock (other processes, writes
-            // that do not take the gate) in between chunks.
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            // Writers queued on the in-process gate get it first (it is fair); the pause
+            // also lets writers polling SQLite's lock (other processes, writes that do not
+            // take the gate) in between chunks. It lasts as long as the transaction did
+            // (2 ms to 200 ms), so a commit holds the writers' queue and a core at most
+            // half the time: at 1M ratings the back-to-back commit otherwise raised the
+            // top-N p99 above 20 ms (docs/BENCHMARKS.md, "After: lanes").
+            let pause = took.clamp(
+                std::time::Duration::from_millis(2),
+                std::time::Duration::from_millis(200),
+            );
+            tokio::time::sleep(pause).await;
         }
     }
     let id = release_id.expect("at least one chunk");
