@@ -429,6 +429,12 @@ fn release_charges(
 pub enum Solver {
     /// Top-`d` eigenvectors (PureSVD on the DP Gram).
     Svd { d: usize },
+    /// PureSVD with `d` chosen from the released Gram itself: the eigenvalues above the
+    /// edge of its noise's spectrum, `2 sigma_g sqrt(K)` (a symmetric Gaussian matrix of
+    /// entry sd `sigma_g` has spectral norm about that), at least 1 and at most `max_d`.
+    /// Post-processing of the DP Gram and of public noise parameters: more dimensions
+    /// when many users make the signal stand above the noise, fewer when they do not.
+    SvdAuto { max_d: usize },
     /// EASE closed form with ridge `lambda`.
     Ease { lambda: f64 },
 }
@@ -473,7 +479,7 @@ impl Default for DpTopN {
             },
             k: 200,
             threshold: 2.0,
-            solver: Solver::Svd { d: 6 },
+            solver: Solver::SvdAuto { max_d: 32 },
             pop_weight: 0.0,
             delta_r: 1e-6,
             eps_r: None,
@@ -499,6 +505,9 @@ impl DpTopN {
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = Self::default();
         let solver = match p.get_str("solver").unwrap_or("svd") {
+            "svd" if matches!(p.get_str("d"), None | Some("auto")) => Solver::SvdAuto {
+                max_d: p.usize_in("max_d", 32, 1, 512)?,
+            },
             "svd" => Solver::Svd {
                 d: p.usize_in("d", 6, 1, 512)?,
             },
@@ -507,8 +516,8 @@ impl DpTopN {
             },
             other => return Err(invalid("solver", format!("{other:?} is not svd or ease"))),
         };
-        // Read both solver keys so either may be given (the unused one is ignored).
-        let _ = (p.get_str("d"), p.get_str("lambda"));
+        // Read every solver key so any may be given (the unused ones are ignored).
+        let _ = (p.get_str("d"), p.get_str("lambda"), p.get_str("max_d"));
         let eps_r = match p.get_str("eps_r") {
             None | Some("none") => None,
             Some(_) => Some(p.positive("eps_r", 1.0)?),
@@ -662,17 +671,8 @@ impl DpTopN {
             ItemScorer::Popularity
         } else {
             match self.solver {
-                Solver::Svd { d } => {
-                    // The Gram is PSD; its noise (a Wigner matrix of entry sd sigma) has
-                    // spectral norm ~ 2 sigma sqrt(K): shifting by more keeps the shifted
-                    // matrix PSD with high probability (only convergence speed depends on it).
-                    let shift = rel.sigma_gram * (2.0 * (k as f64).sqrt() + 6.0);
-                    let (_, v) = top_eigen(&rel.gram, k, d, shift);
-                    ItemScorer::Projection {
-                        d: d.min(k),
-                        factors: v,
-                    }
-                }
+                Solver::Svd { d } => projection(rel, k, d, false),
+                Solver::SvdAuto { max_d } => projection(rel, k, max_d, true),
                 Solver::Ease { lambda } => ItemScorer::ItemItem {
                     b: ease_weights(&rel.gram, k, lambda)?,
                 },
@@ -686,6 +686,36 @@ impl DpTopN {
             self.pop_weight,
         ))
     }
+}
+
+/// The noise edge of the released Gram's spectrum: `2 sigma_g sqrt(K)`.
+pub fn noise_edge(sigma_gram: f64, k: usize) -> f64 {
+    2.0 * sigma_gram * (k as f64).sqrt()
+}
+
+/// PureSVD scorer of `d` eigenvectors of the DP Gram; with `auto`, only those whose
+/// eigenvalue is above [`noise_edge`] (at least one, at most `d`).
+fn projection(rel: &GramRelease, k: usize, d: usize, auto: bool) -> ItemScorer {
+    // The Gram is PSD; its noise (a Wigner matrix of entry sd sigma) has spectral norm
+    // ~ 2 sigma sqrt(K): shifting by more keeps the shifted matrix PSD with high
+    // probability (only convergence speed depends on it).
+    let shift = rel.sigma_gram * (2.0 * (k as f64).sqrt() + 6.0);
+    let d = d.min(k);
+    let (vals, v) = top_eigen(&rel.gram, k, d, shift);
+    let keep = if auto {
+        let edge = noise_edge(rel.sigma_gram, k);
+        vals.iter().take_while(|&&l| l > edge).count().max(1)
+    } else {
+        d
+    };
+    let factors = if keep == d {
+        v
+    } else {
+        (0..k)
+            .flat_map(|i| v[i * d..i * d + keep].iter().copied())
+            .collect()
+    };
+    ItemScorer::Projection { d: keep, factors }
 }
 
 /// EASE (Steck 2019): `B = I - P diag(1/diag P)`, `P = (G + lambda I)^-1`, zero diagonal.
@@ -743,20 +773,28 @@ impl Trainer for DpTopN {
     }
 
     fn params(&self) -> serde_json::Value {
-        let (solver_key, solver_val) = match self.solver {
-            Solver::Svd { d } => ("d", serde_json::json!(d)),
-            Solver::Ease { lambda } => ("lambda", serde_json::json!(lambda)),
+        let solver_keys = match self.solver {
+            Solver::Svd { d } => vec![("d", serde_json::json!(d))],
+            Solver::SvdAuto { max_d } => {
+                vec![
+                    ("d", serde_json::json!("auto")),
+                    ("max_d", serde_json::json!(max_d)),
+                ]
+            }
+            Solver::Ease { lambda } => vec![("lambda", serde_json::json!(lambda))],
         };
         let mut v = serde_json::json!({
             "eps": self.plan.eps_u, "delta": self.plan.delta_u, "releases": self.plan.releases,
             "count_share": self.count_share, "cap": self.contribution.cap,
             "count_clip": self.contribution.count_clip, "gram_clip": self.contribution.gram_clip,
             "k": self.k, "threshold": self.threshold,
-            "solver": match self.solver { Solver::Svd { .. } => "svd", Solver::Ease { .. } => "ease" },
+            "solver": match self.solver { Solver::Ease { .. } => "ease", _ => "svd" },
             "pop_weight": self.pop_weight, "delta_r": self.delta_r,
             "eps_r": self.eps_r, "noise_factor": self.noise_factor,
         });
-        v[solver_key] = solver_val;
+        for (key, val) in solver_keys {
+            v[key] = val;
+        }
         v
     }
 
@@ -814,6 +852,65 @@ impl Trainer for DpTopN {
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
+
+    /// A Gram over 6 candidates with eigenvalues 100 and 40 (orthonormal directions) and
+    /// 0 elsewhere, released with entry noise sd `sigma` (the noise itself left out).
+    fn two_direction_release(sigma: f64) -> GramRelease {
+        let k = 6;
+        let u1 = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0].map(|x: f64| x / 3f64.sqrt());
+        let u2 = [0.0, 0.0, 0.0, 1.0, -1.0, 0.0].map(|x: f64| x / 2f64.sqrt());
+        let gram = (0..k * k)
+            .map(|e| 100.0 * u1[e / k] * u1[e % k] + 40.0 * u2[e / k] * u2[e % k])
+            .collect();
+        GramRelease {
+            noisy_counts: vec![1.0; k],
+            candidates: (0..k as u32).collect(),
+            gram,
+            charges: ReleaseCharges::default(),
+            sigma_count: 1.0,
+            sigma_gram: sigma,
+        }
+    }
+
+    fn chosen_d(rel: &GramRelease, max_d: usize) -> usize {
+        match projection(rel, rel.candidates.len(), max_d, true) {
+            ItemScorer::Projection { d, factors } => {
+                assert_eq!(factors.len(), rel.candidates.len() * d);
+                d
+            }
+            other => panic!("not a projection: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn auto_d_keeps_the_eigenvalues_above_the_noise_edge() {
+        // Edge 2 sigma sqrt(6): 4.9 keeps both directions, 49 only the first (40 < 49 <
+        // 100), 490 none (at least one is kept), and max_d caps the count.
+        assert!((noise_edge(1.0, 6) - 2.0 * 6f64.sqrt()).abs() < 1e-12);
+        assert_eq!(chosen_d(&two_direction_release(1.0), 32), 2);
+        assert_eq!(chosen_d(&two_direction_release(10.0), 32), 1);
+        assert_eq!(chosen_d(&two_direction_release(100.0), 32), 1);
+        assert_eq!(chosen_d(&two_direction_release(1.0), 1), 1);
+        // Just below / above 40 / (2 sqrt 6) the second direction goes / stays.
+        let s = 40.0 / noise_edge(1.0, 6);
+        assert_eq!(chosen_d(&two_direction_release(s * 1.01), 32), 1);
+        assert_eq!(chosen_d(&two_direction_release(s * 0.99), 32), 2);
+        // A fixed d is kept whatever the noise.
+        match projection(&two_direction_release(100.0), 6, 3, false) {
+            ItemScorer::Projection { d, .. } => assert_eq!(d, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn d_defaults_to_auto_and_accepts_a_number() {
+        let auto = DpTopN::from_params(&Params::parse::<&str>(&[]).unwrap()).unwrap();
+        assert_eq!(auto.solver, Solver::SvdAuto { max_d: 32 });
+        let fixed = DpTopN::from_params(&Params::parse(&["d=6"]).unwrap()).unwrap();
+        assert_eq!(fixed.solver, Solver::Svd { d: 6 });
+        let capped = DpTopN::from_params(&Params::parse(&["d=auto", "max_d=8"]).unwrap()).unwrap();
+        assert_eq!(capped.solver, Solver::SvdAuto { max_d: 8 });
+    }
 
     fn synthetic(n_users: u32, n_items: u32, per_user: u32) -> Ratings {
         let mut r = Ratings::with_dims(n_users as usize, n_items as usize);
