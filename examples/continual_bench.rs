@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use dprec::eval::ranking::list_metrics;
 use dprec::privacy::tree::{levels, ArrivalCap, TreeCounter};
 use dprec::rng::{seeded, split, DpRng};
-use dprec::train::dp_topn::ReleasePlan;
+use dprec::train::dp_topn::{DpTopN, ReleasePlan};
 use rand::seq::SliceRandom;
 
 /// One rating of u.data (0-based ids).
@@ -118,18 +118,18 @@ fn split_periods(ev: &[Event], t_count: u64) -> Vec<Vec<Event>> {
 }
 
 /// Exact counts of the service rule at the end of a period: each user's ratings so far,
-/// a uniformly random subset of at most `cap`, weight `min(1, clip / sqrt(n))`.
+/// a uniformly random subset of at most `cap`, weight `min(1, count_clip / sqrt(n))`, with
+/// `dp-topn`'s default contribution bounds.
 fn service_exact(rows: &[Vec<u32>], n_items: usize, rng: &mut DpRng) -> Vec<f64> {
-    const CAP: usize = 256;
-    const CLIP: f64 = 4.0;
+    let bounds = DpTopN::default().contribution;
     let mut c = vec![0.0; n_items];
     for row in rows.iter().filter(|r| !r.is_empty()) {
         let mut r = row.clone();
-        if r.len() > CAP {
+        if r.len() > bounds.cap {
             r.shuffle(rng);
-            r.truncate(CAP);
+            r.truncate(bounds.cap);
         }
-        let w = (CLIP / (r.len() as f64).sqrt()).min(1.0);
+        let w = (bounds.count_clip / (r.len() as f64).sqrt()).min(1.0);
         for &j in &r {
             c[j as usize] += w;
         }

@@ -144,6 +144,7 @@ impl PriorityGuard {
     }
 
     /// The thread's nice value now (tests).
+    #[cfg(test)]
     pub fn current_nice() -> libc::c_int {
         // SAFETY: as in `lower`.
         unsafe {
