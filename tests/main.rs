@@ -13,6 +13,7 @@ mod cli_eval;
 mod cli_keys;
 mod honest_releases;
 mod privacy_audit;
+mod toolchain;
 mod train_dp_alt;
 mod train_gaussian_mf;
 mod train_nonprivate;

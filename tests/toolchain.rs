@@ -1,0 +1,73 @@
+//! The declared Rust minimum (`rust-version` in Cargo.toml) must cover every locked
+//! dependency: a `cargo update` that raises some crate's own minimum fails here, not in
+//! a newcomer's container build. The Containerfile's builder image and the README name
+//! the same version.
+
+use std::path::Path;
+use std::process::Command;
+
+/// `"1.89"` or `"1.88.0"` as comparable numbers (missing parts are 0).
+fn parse_version(v: &str) -> Vec<u64> {
+    let mut parts: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("bad version {v:?}")))
+        .collect();
+    parts.resize(3, 0);
+    parts
+}
+
+/// The highest `rust_version` any locked package declares, with that package's name.
+fn locked_minimum() -> (Vec<u64>, String) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] != "dprec")
+        .filter_map(|p| {
+            let rv = p["rust_version"].as_str()?;
+            Some((parse_version(rv), format!("{} {}", p["name"], p["version"])))
+        })
+        .max()
+        .expect("some locked package declares a rust_version")
+}
+
+#[test]
+fn declared_rust_version_covers_every_locked_dependency() {
+    let declared = env!("CARGO_PKG_RUST_VERSION");
+    let (needed, by) = locked_minimum();
+    assert_eq!(
+        parse_version(declared),
+        needed,
+        "Cargo.toml says rust-version = {declared:?}, but the locked dependencies need \
+         {needed:?} (highest: {by}); set rust-version, deploy/Containerfile's FROM and the \
+         README's requirement to that version"
+    );
+}
+
+#[test]
+fn containerfile_and_readme_name_the_declared_rust_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let declared = env!("CARGO_PKG_RUST_VERSION");
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    assert!(
+        containerfile.contains(&format!("FROM rust:{declared}-")),
+        "deploy/Containerfile must build with rust:{declared}"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("Rust {declared} or newer")),
+        "README.md must say `Rust {declared} or newer`"
+    );
+}
