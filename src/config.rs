@@ -288,13 +288,27 @@ impl Settings {
     pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
         let mut tree = toml::Table::new();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading config {}", path.display()))?;
-            tree = text
-                .parse::<toml::Table>()
-                .with_context(|| format!("parsing config {}", path.display()))?;
+            tree = Self::read_tree(path)?;
         }
         Self::from_tree_and_env(tree, std::env::vars())
+    }
+
+    /// [`Settings::load`] for `dprec serve --dev-no-auth`: auth is off before validation,
+    /// so the keys of a shared config file are not checked (they are not used).
+    pub fn load_without_auth(file: Option<&Path>) -> anyhow::Result<Self> {
+        let mut tree = toml::Table::new();
+        if let Some(path) = file {
+            tree = Self::read_tree(path)?;
+        }
+        let off = [("DPREC_AUTH__MODE".to_string(), "disabled".to_string())];
+        Self::from_tree_and_env(tree, std::env::vars().chain(off))
+    }
+
+    fn read_tree(path: &Path) -> anyhow::Result<toml::Table> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        text.parse::<toml::Table>()
+            .with_context(|| format!("parsing config {}", path.display()))
     }
 
     /// The file's tree with environment overrides applied, deserialised and validated;
@@ -380,12 +394,25 @@ impl Settings {
         self.validate_keys()
     }
 
-    /// Keys: long enough, no user token in the file, no key with two roles.
+    /// Keys: long enough, not a placeholder, no user token in the file, no key with two
+    /// roles. Without auth (`--dev-no-auth`) the keys are not used and not checked.
     fn validate_keys(&self) -> anyhow::Result<()> {
+        if self.auth.mode == AuthMode::Disabled {
+            return Ok(());
+        }
         let mut roles: BTreeMap<&str, (usize, Role)> = BTreeMap::new();
         for (n, k) in self.auth.keys.iter().enumerate() {
             if k.key.len() < 16 {
                 bail!("auth.keys: every key must be at least 16 characters");
+            }
+            if let Some(why) = placeholder_key(&k.key) {
+                bail!(
+                    "auth.keys: entry {} (role {:?}) is a placeholder ({why}); replace it with a \
+                     random key (e.g. `openssl rand -hex 32`) or delete it and use `dprec keys \
+                     create`; `dprec serve --dev-no-auth` runs without keys on loopback",
+                    n + 1,
+                    k.role
+                );
             }
             if k.role == Role::User {
                 bail!(
@@ -463,6 +490,29 @@ const SECTIONS: [&str; 8] = [
 ];
 
 /// The expected format of values whose type alone does not say it.
+/// Why a configured key is a placeholder rather than a secret: a sample file's marker
+/// word, or a run of 8 equal characters (a random 32-hex-digit key has one with
+/// probability about 4e-7).
+fn placeholder_key(key: &str) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    for marker in [
+        "change-me",
+        "changeme",
+        "placeholder",
+        "example",
+        "replace-me",
+    ] {
+        if lower.contains(marker) {
+            return Some("it contains a sample file's marker word");
+        }
+    }
+    let bytes = key.as_bytes();
+    if bytes.windows(8).any(|w| w.iter().all(|&b| b == w[0])) {
+        return Some("it has 8 equal characters in a row");
+    }
+    None
+}
+
 fn expected_format(key: &str) -> Option<&'static str> {
     Some(match key {
         "server.bind" => "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080",
@@ -594,7 +644,10 @@ mod tests {
         let t: toml::Table = include_str!("../deploy/dprec.toml").parse().unwrap();
         let s: Settings = toml::Value::Table(t).try_into().unwrap();
         s.validate().unwrap();
-        assert_eq!(s.auth.keys.len(), 3);
+        assert!(
+            s.auth.keys.is_empty(),
+            "the first start generates the admin key"
+        );
         assert_eq!(s.trainer.name, "dp-topn");
     }
 
@@ -742,5 +795,35 @@ mod tests {
         assert!(!e.contains("shared-key"), "{e}");
         s.auth.keys[2].role = Role::Reader;
         s.validate().unwrap();
+    }
+
+    /// The sample file's placeholder keys (and other obvious non-secrets) stop start-up
+    /// with keys on; with auth off (`--dev-no-auth`) the same file loads.
+    #[test]
+    fn placeholder_keys_are_refused_unless_auth_is_off() {
+        let sample = include_str!("../deploy/dprec.toml");
+        let tree: toml::Table = sample.parse().unwrap();
+        let keys = |k: &str| -> toml::Value {
+            let mut t = toml::Table::new();
+            t.insert("key".into(), k.into());
+            t.insert("role".into(), "admin".into());
+            toml::Value::Array(vec![toml::Value::Table(t)])
+        };
+        let with_key = |k: &str| {
+            let mut t = tree.clone();
+            let auth = t.get_mut("auth").unwrap().as_table_mut().unwrap();
+            auth.insert("keys".into(), keys(k));
+            t
+        };
+        for bad in ["CHANGE-ME-admin-0000000000000000", "abcd0000000000001234"] {
+            let e = Settings::from_tree_and_env(with_key(bad), std::iter::empty()).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains("entry 1") && e.contains("placeholder"), "{e}");
+            assert!(!e.contains(bad), "the key itself is not printed: {e}");
+            let off = [("DPREC_AUTH__MODE".to_string(), "disabled".to_string())];
+            Settings::from_tree_and_env(with_key(bad), off.into_iter()).unwrap();
+        }
+        let random = "9f8e2c41d07b5a36e1c8f04b72d9a5e3";
+        Settings::from_tree_and_env(with_key(random), std::iter::empty()).unwrap();
     }
 }

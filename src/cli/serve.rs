@@ -24,13 +24,15 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let mut settings = Settings::load(args.config.as_deref())?;
+    let mut settings = if args.dev_no_auth {
+        Settings::load_without_auth(args.config.as_deref())?
+    } else {
+        Settings::load(args.config.as_deref())?
+    };
     if let Some(b) = args.bind {
         settings.server.bind = b;
     }
-    if args.dev_no_auth {
-        settings.auth.mode = AuthMode::Disabled;
-    }
+    debug_assert!(!args.dev_no_auth || settings.auth.mode == AuthMode::Disabled);
     // Training's parallel loops yield the CPU to requests (crate::lanes).
     crate::lanes::background_rayon_pool();
     let rt = tokio::runtime::Builder::new_multi_thread()
