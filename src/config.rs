@@ -231,7 +231,7 @@ impl Default for AuthSettings {
 impl Default for TrainerSettings {
     fn default() -> Self {
         Self {
-            name: "dp-topn".into(),
+            name: crate::train::SERVED_DEFAULT.into(),
             params: BTreeMap::new(),
             allow_non_private: false,
             seed: None,
@@ -536,7 +536,9 @@ fn with_env_hint(e: anyhow::Error, from_env: &[EnvOverride]) -> anyhow::Error {
     }) else {
         return e;
     };
+    // Said once: the parser's own message may already carry the expected form.
     let format = expected_format(&o.key)
+        .filter(|f| !msg.contains(f))
         .map(|f| format!("; expected {f}"))
         .unwrap_or_default();
     e.context(format!("{}={:?} (sets {}){format}", o.var, o.value, o.key))
@@ -691,6 +693,11 @@ mod tests {
         assert!(
             e.contains("DPREC_BUDGET__SHARE") && e.contains("fraction:F"),
             "{e}"
+        );
+        assert_eq!(
+            e.matches("fraction:F").count(),
+            1,
+            "the form is said once: {e}"
         );
         let e = load("DPREC_SERVER__MAX_BATCH", "many");
         assert!(e.contains("DPREC_SERVER__MAX_BATCH=\"many\""), "{e}");

@@ -21,21 +21,22 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Cross-validate trainers: RMSE, MAE and training time per fold, JSON and SVG output.
+    /// Run the recommendation service (REST API, scheduler, ledger).
+    Serve(serve::ServeArgs),
+    /// Load MovieLens ratings into a running service through the batch endpoint.
+    Import(import::ImportArgs),
+    /// Manage the API keys stored in the database: create (printed once), list, revoke.
+    Keys(keys::KeysArgs),
+    /// Print the OpenAPI document of the service.
+    Openapi,
+    /// Cross-validate trainers: RMSE, MAE, ranking metrics and training time per fold,
+    /// JSON and SVG output.
     Eval(Box<eval::EvalArgs>),
     /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
     Accountant(accountant::AccountantArgs),
     /// Seeded synthetic ratings (low rank + biases + noise, power-law popularity) as a
     /// MovieLens-style CSV.
     Synth(synth::SynthArgs),
-    /// Run the recommendation service (REST API, scheduler, ledger).
-    Serve(serve::ServeArgs),
-    /// Load MovieLens ratings into a running service through the batch endpoint.
-    Import(import::ImportArgs),
-    /// Print the OpenAPI document of the service.
-    Openapi,
-    /// Manage the API keys stored in the database: create (printed once), list, revoke.
-    Keys(keys::KeysArgs),
     /// Client-side local DP: perturb a ratings file with the bounded Laplace mechanism and
     /// write the perturbed-rating JSON form (or `POST /v1/ratings` bodies).
     Perturb(perturb::PerturbArgs),

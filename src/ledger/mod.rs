@@ -31,7 +31,7 @@ pub const SHARE_POLICY_FORMAT: &str = "fraction:F (0 < F <= 1) or split:K (K >= 
 /// Why a share policy did not parse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SharePolicyError {
-    #[error("{0:?}: expected fraction:F or split:K")]
+    #[error("{0:?} names no kind")]
     NoKind(String),
     #[error("unknown share policy {0:?}")]
     UnknownKind(String),

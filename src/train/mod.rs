@@ -34,12 +34,18 @@ pub use ranker::{Ranker, StoredRanker};
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng::DpRng;
 
+/// The trainer `dprec serve` runs when `trainer.name` is not set.
+pub const SERVED_DEFAULT: &str = "dp-topn";
+
 /// Errors raised by trainers.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     #[error(transparent)]
     Param(#[from] ParamError),
-    #[error("unknown trainer {0:?}; known trainers: {known}", known = names().join(", "))]
+    #[error(
+        "unknown trainer {0:?}; the served default is {SERVED_DEFAULT}; known trainers: {known}",
+        known = names().join(", ")
+    )]
     UnknownTrainer(String),
     #[error("training data is empty")]
     EmptyData,
@@ -304,9 +310,12 @@ mod tests {
         n.sort();
         n.dedup();
         assert_eq!(n.len(), TRAINERS.len());
-        assert!(matches!(
-            build("no-such", &Params::new()),
-            Err(TrainError::UnknownTrainer(_))
-        ));
+        let e = build("no-such", &Params::new()).err().unwrap();
+        assert!(matches!(e, TrainError::UnknownTrainer(_)));
+        assert!(
+            e.to_string().contains("the served default is dp-topn"),
+            "{e}"
+        );
+        assert!(entry(SERVED_DEFAULT).is_some());
     }
 }
