@@ -3,7 +3,7 @@
 //! Precedence (lowest to highest): built-in defaults, the TOML file, `DPREC_<SECTION>__<KEY>`
 //! environment variables (e.g. `DPREC_SERVER__BIND=0.0.0.0:8080`,
 //! `DPREC_TRAINER__NAME=dp-alt`), and `DATABASE_URL` for `database.url`. Every key is
-//! documented in the README's configuration reference.
+//! documented in docs/SERVICE.md, "Configuration reference".
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! Every integration test in one binary: one crate to compile and one executable to link
-//! instead of one per file, which is most of a cold `cargo test` (README, "Time to first
+//! instead of one per file, which is most of a cold `cargo test` (docs/DEVELOPING.md, "Time to first
 //! green test"). Cargo.toml sets `autotests = false`, so a new file tests/NAME.rs (or
 //! tests/NAME/mod.rs) runs only once it is declared here; `every_test_file_is_declared`
 //! fails until it is. Run one file's tests with `cargo test --test tests NAME::`.
