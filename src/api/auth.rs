@@ -308,6 +308,12 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
     ("/v1/admin/keys", "get", "admin"),
     ("/v1/admin/keys", "post", "admin"),
     ("/v1/admin/keys/{id}", "delete", "admin"),
+    (
+        "/v1/private-gd/round",
+        "get",
+        "a client of the protocol: any `user` token, reader, writer, admin (403 for a public \
+         key)",
+    ),
     ("/v1/private-gd/reports", "post", "writer, admin"),
     ("/v1/admin/private-gd/rounds", "post", "admin"),
 ];
