@@ -138,3 +138,59 @@ async fn metrics_key_reads_the_full_series(url: &str) {
     app.stop().await;
 }
 both_backends!(metrics_key_reads_the_full_series);
+
+/// The public times of a release (`created_at` in the release list and the current
+/// model, `dprec_model_published_timestamp_seconds` on key-less /metrics) with a fit
+/// that takes `delay_ms` longer: they are the job's start, whatever the fit took.
+async fn public_times_after(url: &str, delay_ms: u64) -> (i64, i64) {
+    let hooks = Hooks {
+        before_commit: Some(std::sync::Arc::new(move || {
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+            Ok(())
+        })),
+        ..Hooks::default()
+    };
+    let app = TestApp::try_spawn(topn_settings(url), None, hooks)
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    app.ingest_registered(&[("u1", "a0", 4.0, None), ("u2", "b0", 3.0, None)])
+        .await;
+    let job = release_in_store(&app).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.reason);
+    let finished = job.finished_at.unwrap();
+    assert!(finished - job.created_at >= delay_ms as i64, "{job:?}");
+    let (_, list) = app.get("/v1/models", PUBLIC).await;
+    let (_, current) = app.get("/v1/models/current", PUBLIC).await;
+    for created in [
+        &list["releases"][0]["created_at"],
+        &current["release"]["created_at"],
+    ] {
+        assert_eq!(created.as_i64(), Some(job.created_at), "{list}");
+    }
+    let text = metrics(&app, "").await.text;
+    let published: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dprec_model_published_timestamp_seconds "))
+        .expect("the publication time is key-less")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        (published * 1000.0).round() as i64,
+        job.created_at,
+        "{text}"
+    );
+    app.stop().await;
+    (job.created_at, finished)
+}
+
+/// A release whose fit takes 600 ms longer and one without delay both publish the job's
+/// start as their time (before, the times were written after the fit and the ledger
+/// commit, so their distance from the job's start grew with the data).
+async fn public_times_are_the_job_start(url: &str) {
+    let other = second_db(url, "public_times_are_the_job_start").await;
+    public_times_after(url, 0).await;
+    let (start, end) = public_times_after(&other.url, 600).await;
+    assert!(end - start >= 600);
+}
+both_backends!(public_times_are_the_job_start);
