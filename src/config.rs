@@ -75,6 +75,9 @@ pub enum AuthMode {
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
+    /// A Prometheus scraper: the full `/metrics` (request counts, latencies and the
+    /// data-dependent series) and nothing else. Lowest, so every other route refuses it.
+    Metrics,
     /// The published DP model and the release list only.
     Public,
     /// A user token: bound to one user id (created with `POST /v1/admin/keys` or

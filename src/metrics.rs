@@ -1,8 +1,13 @@
 //! Prometheus metrics of the service (names documented in docs/METRICS.md).
 //!
-//! Two registries (issue 8 finding 1, DESIGN 6): process and HTTP metrics are public;
-//! anything that counts data (ratings ingested, training outcomes and durations, budget
-//! spent, ratings exhausted, users excluded) is rendered only for an admin key.
+//! Two registries (DESIGN 6). Without a key: only series that do not depend on the data,
+//! the served release id and the time it was published (the release's start, see
+//! `release::Retrainer`), both public in the release list too. Everything else is
+//! rendered only for a `metrics` or admin key: HTTP request counts, statuses and
+//! latencies (a backend that sends one rating per request would publish the number of
+//! ratings through them, and a delete's 204 or 404 whether the rating existed), store
+//! errors, and what counts data outright (ratings ingested, training outcomes and
+//! durations, budget spent, ratings exhausted, users excluded).
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -10,9 +15,9 @@ use prometheus::{
 };
 
 pub struct Metrics {
-    /// Process and HTTP metrics (no key needed).
+    /// Data-independent series (no key needed).
     pub registry: Registry,
-    /// Data-dependent metrics (admin key only).
+    /// Everything else (a metrics or admin key).
     pub data_registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
@@ -97,20 +102,20 @@ impl Metrics {
         .expect("metric");
         let store_errors =
             IntCounter::new("dprec_store_errors_total", "Database errors").expect("metric");
-        // The release id and publication time are public (the release list is); so are
-        // store errors and HTTP traffic.
+        // The release id and publication time are public (the release list is) and do
+        // not depend on the data.
         for c in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(http_duration.clone()),
-            Box::new(model_version.clone()),
+            Box::new(model_version.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(model_published_at.clone()),
-            Box::new(store_errors.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
         let data_registry = Registry::new();
         for c in [
-            Box::new(ratings_ingested.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_duration.clone()),
+            Box::new(store_errors.clone()),
+            Box::new(ratings_ingested.clone()),
             Box::new(training_runs.clone()),
             Box::new(training_duration.clone()),
             Box::new(budget_spent.clone()),
@@ -136,8 +141,8 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format: the public metrics, and with `with_data` (an admin
-    /// key) the data-dependent ones too.
+    /// The text exposition format: the data-independent series, and with `with_data` (a
+    /// metrics or admin key) all the others too.
     pub fn render(&self, with_data: bool) -> String {
         let mut families = self.registry.gather();
         if with_data {
@@ -161,7 +166,8 @@ impl Default for Metrics {
 mod tests {
     use super::*;
 
-    /// Data-dependent metrics are rendered only on request (admin key).
+    /// Everything but the release id and its publication time is rendered only on
+    /// request (a metrics or admin key): request counts and latencies too.
     #[test]
     fn data_metrics_only_with_data() {
         let m = Metrics::new();
@@ -173,7 +179,14 @@ mod tests {
             .inc();
         let public = m.render(false);
         let full = m.render(true);
+        m.http_duration
+            .with_label_values(&["GET", "/x"])
+            .observe(0.1);
+        m.store_errors.inc();
         for name in [
+            "dprec_http_requests_total",
+            "dprec_http_request_duration_seconds",
+            "dprec_store_errors_total",
             "dprec_ratings_ingested_total",
             "dprec_training_runs_total",
             "dprec_training_duration_seconds",
@@ -185,6 +198,7 @@ mod tests {
             assert!(full.contains(name), "{name} missing: {full}");
         }
         assert!(public.contains("dprec_model_release_id"));
+        assert!(public.contains("dprec_model_published_timestamp_seconds"));
         assert!(full.contains("dprec_users_excluded 3"));
     }
 }

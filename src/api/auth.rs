@@ -10,8 +10,14 @@
 //! | `reader` | service reader (the curator's backend): every read, for every user          |
 //! | `writer` | reader, plus ingestion, deletion, settings and item registration            |
 //! | `admin`  | everything, including retrains, jobs and key management                     |
+//! | `metrics`| the full `/metrics` only (a Prometheus scraper's bearer token)              |
 //!
-//! Roles are ordered public < user < reader < writer < admin; a route names the lowest
+//! Without a metrics or admin key `/metrics` shows only series that do not depend on the
+//! data (the served release id and its publication time); request counts, statuses and
+//! latencies count what callers send and stay behind the key.
+//!
+//! Roles are ordered metrics < public < user < reader < writer < admin (a metrics key
+//! passes no route's check but `/metrics`'s); a route names the lowest
 //! role it accepts ([`AnyKey`], [`UserKey`], [`ReaderKey`], [`WriterKey`], [`AdminKey`]).
 //! A route about one user that a user token may call takes [`UserKey`] and asks
 //! [`Grant::for_user`] before it looks anything up, so the 403 does not depend on whether
@@ -102,6 +108,7 @@ pub fn generate_key() -> String {
 /// The stored and JSON name of a role.
 pub fn role_name(r: Role) -> &'static str {
     match r {
+        Role::Metrics => "metrics",
         Role::Public => "public",
         Role::User => "user",
         Role::Reader => "reader",
@@ -117,6 +124,7 @@ pub fn parse_role(s: &str) -> Option<Role> {
         "reader" => Some(Role::Reader),
         "user" => Some(Role::User),
         "public" => Some(Role::Public),
+        "metrics" => Some(Role::Metrics),
         _ => None,
     }
 }
@@ -210,7 +218,7 @@ impl Keys {
         if grant.role < need {
             return Err(ApiError::forbidden(format!(
                 "this operation needs the {} role or higher (public < user < reader < writer \
-                 < admin); the key has {}",
+                 < admin; a metrics key reads /metrics only); the key has {}",
                 role_name(need),
                 role_name(grant.role)
             )));
@@ -222,6 +230,13 @@ impl Keys {
     /// where an unauthenticated caller gets a reduced answer instead of an error.
     pub fn is_admin(&self, req: &HttpRequest) -> bool {
         self.check(req, Role::Admin).is_ok()
+    }
+
+    /// Whether the request may read the full `/metrics`: a metrics key or an admin key
+    /// (or authentication is disabled).
+    pub fn may_scrape(&self, req: &HttpRequest) -> bool {
+        self.is_admin(req)
+            || matches!(self.check(req, Role::Metrics), Ok(g) if g.role == Role::Metrics)
     }
 }
 
@@ -293,6 +308,12 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
     ("/v1/admin/keys", "get", "admin"),
     ("/v1/admin/keys", "post", "admin"),
     ("/v1/admin/keys/{id}", "delete", "admin"),
+    (
+        "/v1/private-gd/round",
+        "get",
+        "a client of the protocol: any `user` token, reader, writer, admin (403 for a public \
+         key)",
+    ),
     ("/v1/private-gd/reports", "post", "writer, admin"),
     ("/v1/admin/private-gd/rounds", "post", "admin"),
 ];
@@ -371,11 +392,15 @@ mod tests {
         assert!(!Grant::role(Role::Public).may_read_user("u"));
         assert!(Grant::role(Role::Reader).may_read_user("v"));
         assert!(Role::Public < Role::User && Role::User < Role::Reader);
+        // A metrics key passes no route's check (every route needs public or higher).
+        assert!(Role::Metrics < Role::Public);
+        assert_eq!(grant_of("metrics", None), Some(Grant::role(Role::Metrics)));
         assert_eq!(grant_of("user", Some("u".into())), Some(t));
         assert_eq!(grant_of("user", None), None);
         assert_eq!(grant_of("reader", Some("u".into())), None);
         assert_eq!(grant_of("root", None), None);
         for r in [
+            Role::Metrics,
             Role::Public,
             Role::User,
             Role::Reader,

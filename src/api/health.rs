@@ -53,15 +53,17 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 }
 
 /// Prometheus metrics (text format; names in docs/METRICS.md). Without a key, or with a
-/// key below admin: process and HTTP metrics only. With an admin key: also the
-/// data-dependent ones (ratings ingested, training runs, budget spent, ratings
-/// exhausted, users excluded), which count raw data (issue 8 finding 1).
+/// public, user, reader or writer key: only the series that do not depend on the data
+/// (the served release id and its publication time). With a `metrics` key (a scraper's
+/// bearer token, `dprec keys create --role metrics`) or an admin key: also HTTP request
+/// counts, statuses and latencies, store errors, and the series that count data
+/// (ratings ingested, training runs, budget spent, ratings exhausted, users excluded).
 #[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "metrics",
-    responses((status = 200, description = "Prometheus text format (the data-dependent metrics only for an admin key)", content_type = "text/plain")))]
+    responses((status = 200, description = "Prometheus text format: without a metrics or admin key only the served release id and its publication time; with one, every series (request counts and latencies included)", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render(state.keys.is_admin(&req)))
+        .body(state.metrics.render(state.keys.may_scrape(&req)))
 }
 
 /// This document.

@@ -76,7 +76,8 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
         wanted.push((
             "403",
             "The key may not call this operation: its role is too low (public < user < \
-             reader < writer < admin), or it is a user token for another user",
+             reader < writer < admin; a metrics key reads /metrics only), or it is a user \
+             token for another user",
         ));
     }
     if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
@@ -164,7 +165,8 @@ impl Modify for StandardErrors {
         description = "Privacy-budgeted recommendation service. Every release is charged to a \
             per-rating eps_ij ledger and a per-user Renyi-DP ledger before it is served. Errors \
             are RFC 7807 problem+json. Key roles: public < user < reader < writer < admin \
-            (see the `api_key` security scheme).",
+            (see the `api_key` security scheme), and `metrics`, a Prometheus scraper's token \
+            that reads the full /metrics and nothing else.",
         version = "1"
     ),
     paths(

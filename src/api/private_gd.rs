@@ -8,7 +8,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{AdminKey, WriterKey};
+use super::auth::{AdminKey, UserKey, WriterKey};
 use super::{json_body, path_id, ApiError, AppState};
 use crate::ldp::private_gd::{
     next_state, Aggregator, ClientSettings, ProjectionSpec, PublishedRound, Recovery, Report,
@@ -74,12 +74,16 @@ pub struct RoundTransition {
     pub open: i64,
 }
 
-/// The open Private-GD round: schedule, item ids and public item profiles. Public: the
-/// item profiles are post-processing of LDP reports.
+/// The open Private-GD round: schedule, item ids and item profiles, for the protocol's
+/// clients (a user token, or the service's reader, writer or admin key). The item
+/// profiles are post-processing of LDP reports, but two consecutive rounds give the
+/// exact number of reports of the closed one (docs/privacy/private-gd.md), so the round
+/// is not published to key-less or public callers.
 #[utoipa::path(get, path = "/v1/private-gd/round", tag = "private-gd",
     responses((status = 200, body = PublishedRound),
-        (status = 404, description = "No round open", body = super::Problem, content_type = "application/problem+json")))]
-pub async fn round(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+        (status = 404, description = "No round open", body = super::Problem, content_type = "application/problem+json")),
+    security(("api_key" = [])))]
+pub async fn round(_auth: UserKey, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let Some(r) = state.store.open_ldp_round().await? else {
         return Err(ApiError::not_found("no Private-GD round is open"));
     };

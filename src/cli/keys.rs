@@ -35,8 +35,9 @@ pub struct KeysArgs {
 pub enum KeysCommand {
     /// Create a key with a role and print it once.
     Create {
-        /// admin, writer, reader, user (with --user) or public.
-        #[arg(long, value_parser = ["admin", "writer", "reader", "user", "public"])]
+        /// admin, writer, reader, user (with --user), public or metrics (a Prometheus
+        /// scraper: the full /metrics and nothing else).
+        #[arg(long, value_parser = ["admin", "writer", "reader", "user", "public", "metrics"])]
         role: String,
         /// The user a `user` token is bound to (required with --role user, refused otherwise).
         #[arg(long)]
@@ -96,7 +97,7 @@ pub fn check_role_user(
 ) -> Result<Option<String>, String> {
     if auth::parse_role(role).is_none() {
         return Err(format!(
-            "unknown role {role:?}: expected admin, writer, reader, user or public"
+            "unknown role {role:?}: expected admin, writer, reader, user, public or metrics"
         ));
     }
     match (role, user) {

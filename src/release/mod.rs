@@ -338,18 +338,20 @@ impl Retrainer {
     /// Creates a job row and runs it in the background; returns the job id. `force`
     /// publishes past the operator-safety rule ([`input_shortfall`]).
     pub async fn spawn_job(self: &Arc<Self>, kind: &str, force: bool) -> anyhow::Result<i64> {
-        let id = self.store.create_job(kind).await?;
+        let started = now_ms();
+        let id = self.store.create_job_at(kind, started).await?;
         let me = self.clone();
         self.lane.spawn(async move {
-            me.run_job(id, force).await;
+            me.run_job(id, started, force).await;
         });
         Ok(id)
     }
 
-    /// Runs job `id` to completion and records its outcome.
-    pub async fn run_job(&self, id: i64, force: bool) -> Outcome {
+    /// Runs job `id`, started at `started_at` (ms, the job row's `created_at`), to
+    /// completion and records its outcome.
+    pub async fn run_job(&self, id: i64, started_at: i64, force: bool) -> Outcome {
         let started = Instant::now();
-        let outcome = self.run_release(Some(id), force).await;
+        let outcome = self.run_release(Some(id), started_at, force).await;
         self.metrics
             .training_duration
             .observe(started.elapsed().as_secs_f64());
@@ -375,9 +377,9 @@ impl Retrainer {
         outcome
     }
 
-    /// One release attempt (no job bookkeeping).
-    pub async fn run_release(&self, job_id: Option<i64>, force: bool) -> Outcome {
-        Outcome::from(self.locked_release(job_id, force).await)
+    /// One release attempt (no job bookkeeping); `started_at` (ms) is its public time.
+    pub async fn run_release(&self, job_id: Option<i64>, started_at: i64, force: bool) -> Outcome {
+        Outcome::from(self.locked_release(job_id, started_at, force).await)
     }
 
     /// Takes the process mutex and the database lease, runs [`Self::release`], gives the
@@ -385,6 +387,7 @@ impl Retrainer {
     async fn locked_release(
         &self,
         job_id: Option<i64>,
+        started_at: i64,
         force: bool,
     ) -> Result<Released, ReleaseError> {
         let Ok(_local) = self.busy.try_lock() else {
@@ -428,7 +431,7 @@ impl Retrainer {
                 }
             })
         };
-        let result = self.release(job_id, force).await;
+        let result = self.release(job_id, started_at, force).await;
         let _ = stop.send(());
         let _ = renewer.await;
         if let Err(e) = self.store.release_lease(&self.holder).await {
@@ -441,9 +444,15 @@ impl Retrainer {
     /// succeeds; the served model changes only after it. A release whose DP input total
     /// falls short of the served one's ([`input_shortfall`]) commits its charges and is
     /// not served, unless `force`.
+    ///
+    /// The release's public time (`created_at`, the served model's publication time) is
+    /// `started_at`, the job's start: a time written after the snapshot, the fit or the
+    /// commit would grow with the data. Durations stay behind the admin key (the job) and
+    /// the metrics key.
     pub async fn release(
         &self,
         job_id: Option<i64>,
+        started_at: i64,
         force: bool,
     ) -> Result<Released, ReleaseError> {
         let snap = self.background.snapshot().await?;
@@ -488,6 +497,7 @@ impl Retrainer {
             popularity: &popularity,
             charges,
             job_id,
+            started_at,
         })?;
         // The served form is built before committing, so a model that cannot be served
         // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
@@ -564,7 +574,7 @@ impl Retrainer {
             release_id: 0,
             trainer: rec.trainer.clone(),
             guarantee: rec.guarantee,
-            created_at: now_ms(),
+            created_at: rec.started_at,
         };
         Published::new(meta, model, set.user_ids, set.item_ids, counts)
             .and_then(|p| p.with_ranker(ranker))
@@ -584,7 +594,7 @@ impl Retrainer {
         self.metrics.model_version.set(release_id);
         self.metrics
             .model_published_at
-            .set(now_ms() as f64 / 1000.0);
+            .set(rec.started_at as f64 / 1000.0);
         self.metrics.budget_spent.inc_by(charged(rec));
         self.metrics
             .ratings_exhausted

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Retrainer;
+use crate::store::now_ms;
 
 impl Retrainer {
     /// Replicas: every `scheduler.reload_secs`, serve a newer release committed by another
@@ -63,9 +64,10 @@ impl Retrainer {
     /// One tick of the scheduler: a scheduled release (never forced past the
     /// operator-safety rule).
     async fn scheduled_tick(&self) {
-        match self.store.create_job("scheduled").await {
+        let started = now_ms();
+        match self.store.create_job_at("scheduled", started).await {
             Ok(id) => {
-                self.run_job(id, false).await;
+                self.run_job(id, started, false).await;
             }
             Err(e) => {
                 self.metrics.store_errors.inc();

@@ -429,6 +429,8 @@ pub struct RecordInput<'a> {
     pub popularity: &'a Popularity,
     pub charges: Charges,
     pub job_id: Option<i64>,
+    /// When the release's job started (ms): its public time.
+    pub started_at: i64,
 }
 
 pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
@@ -441,6 +443,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         popularity,
         charges,
         job_id,
+        started_at,
     } = input;
     let stored = crate::serve::StoredModel {
         factors: model.clone(),
@@ -456,6 +459,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         n_users: set.users.len() as i64,
         n_items: set.items.len() as i64,
         job_id,
+        started_at,
         rating_unit: charges.rating_unit,
         rating_neighbour: charges.rating_neighbour,
         rating_charges: charges.ratings,

@@ -31,11 +31,16 @@ impl Store {
     // ----- jobs, lease, keys -------------------------------------------------------
 
     pub async fn create_job(&self, kind: &str) -> Result<i64, StoreError> {
+        self.create_job_at(kind, now_ms()).await
+    }
+
+    /// A running job created at `created_at` (ms): the release's start, its public time.
+    pub async fn create_job_at(&self, kind: &str, created_at: i64) -> Result<i64, StoreError> {
         let r = sqlx::query(
             "INSERT INTO jobs (kind, status, created_at) VALUES ($1, 'running', $2) RETURNING id",
         )
         .bind(kind)
-        .bind(now_ms())
+        .bind(created_at)
         .fetch_one(&self.pool)
         .await?;
         Ok(r.try_get(0)?)

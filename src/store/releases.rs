@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use sqlx::Row;
 
-use super::{curve_json, now_ms, parse_curve, Store, StoreError, Tx};
+use super::{curve_json, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::ledger::{gaussian_eps, user_cost};
 use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
@@ -174,6 +174,9 @@ pub struct ReleaseRecord {
     pub n_users: i64,
     pub n_items: i64,
     pub job_id: Option<i64>,
+    /// The public time of the release (ms): when its job started, a time that does not
+    /// depend on the data (not when the fit or the commit ended, which grows with it).
+    pub started_at: i64,
     pub rating_unit: PrivacyUnit,
     pub rating_neighbour: Neighbour,
     pub rating_charges: Vec<RatingChargeRow>,
@@ -520,7 +523,7 @@ async fn insert_release(tx: &mut Tx, rec: &ReleaseRecord) -> Result<i64, CommitE
     .bind(rec.n_users)
     .bind(rec.n_items)
     .bind(rec.job_id)
-    .bind(now_ms())
+    .bind(rec.started_at)
     .fetch_one(&mut **tx)
     .await?
     .try_get(0)?)

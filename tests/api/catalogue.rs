@@ -10,7 +10,7 @@ use crate::both_backends;
 
 /// Items of the catalogue: two tastes `a0..a9`, `b0..b9` that users rate, and `c0..c4`
 /// that nobody rates in D.
-fn catalogue() -> Vec<String> {
+pub(super) fn catalogue() -> Vec<String> {
     let mut v = Vec::new();
     for p in ["a", "b", "c"] {
         let n = if p == "c" { 5 } else { 10 };
@@ -21,7 +21,7 @@ fn catalogue() -> Vec<String> {
 
 /// D: 120 users, each rating 6 items of its taste (5 stars) and one of the other (2 stars),
 /// eps_ij 10 (full participation). Deterministic (an LCG).
-fn data_d() -> Vec<(String, String, f64, Option<f64>)> {
+pub(super) fn data_d() -> Vec<(String, String, f64, Option<f64>)> {
     tastes(0x9e37_79b9_7f4a_7c15, 120, 10, 6, false, 2.0)
         .train
         .into_iter()
@@ -31,7 +31,7 @@ fn data_d() -> Vec<(String, String, f64, Option<f64>)> {
 
 /// Timestamps are not data, and there is no injected clock: `created_at` and
 /// `age_seconds` are set to 0 wherever they occur. Nothing else is touched.
-fn without_timestamps(v: &mut Value) {
+pub(super) fn without_timestamps(v: &mut Value) {
     match v {
         Value::Object(m) => {
             for (k, x) in m.iter_mut() {
@@ -50,7 +50,7 @@ fn without_timestamps(v: &mut Value) {
 /// /metrics without a key: the publication time of the model and the request latencies
 /// (histogram buckets and sums) are clock readings, replaced by `T`; every other line
 /// (request counts, model version, store errors) is compared as is.
-fn metrics_without_clock(text: &str) -> String {
+pub(super) fn metrics_without_clock(text: &str) -> String {
     text.lines()
         .map(|l| {
             let clock = l.starts_with("dprec_model_published_timestamp_seconds")
@@ -66,7 +66,7 @@ fn metrics_without_clock(text: &str) -> String {
 }
 
 /// Every public answer of a server, in a fixed order: (what, status, normalised body).
-async fn public_view(app: &TestApp, users: &[&str]) -> Vec<(String, u16, String)> {
+pub(super) async fn public_view(app: &TestApp, users: &[&str]) -> Vec<(String, u16, String)> {
     let mut paths = vec![
         "/v1/models".to_string(),
         "/v1/models/current".to_string(),

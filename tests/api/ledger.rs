@@ -368,6 +368,7 @@ fn manual_record(
         n_users: snap.users.len() as i64,
         n_items: snap.items.len() as i64,
         job_id: None,
+        started_at: 0,
         rating_unit: PrivacyUnit::Rating,
         rating_neighbour: Neighbour::AddRemove,
         rating_charges: snap

@@ -14,6 +14,7 @@ mod health;
 mod honest;
 mod keys;
 mod ldp;
+mod leaks;
 mod lease;
 mod ledger;
 mod models;

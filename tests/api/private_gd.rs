@@ -29,7 +29,7 @@ async fn private_gd_round(url: &str) {
         items.iter().map(|i| ("seed-user", *i, 3.0, None)).collect();
     app.ingest(&seed).await;
 
-    let (st, _) = app.get("/v1/private-gd/round", "").await;
+    let (st, _) = app.get("/v1/private-gd/round", READER).await;
     assert_eq!(st, 404);
     let (st, t) = app
         .post(
@@ -49,8 +49,8 @@ async fn private_gd_round(url: &str) {
     assert_eq!(st, 201, "{t}");
     assert_eq!(t["open"], 1);
 
-    // The round state is public.
-    let (st, body) = app.get("/v1/private-gd/round", "").await;
+    // The round state, for a client of the protocol.
+    let (st, body) = app.get("/v1/private-gd/round", READER).await;
     assert_eq!(st, 200, "{body}");
     let published: PublishedRound = serde_json::from_value(body).unwrap();
     assert_eq!(published.round, 1);
@@ -145,7 +145,7 @@ async fn private_gd_round(url: &str) {
         (t["closed"].clone(), t["reports"].clone(), t["open"].clone()),
         (json!(1), json!(3), json!(2))
     );
-    let (_, body) = app.get("/v1/private-gd/round", "").await;
+    let (_, body) = app.get("/v1/private-gd/round", READER).await;
     let next: PublishedRound = serde_json::from_value(body).unwrap();
     assert_eq!(next.round, 2);
     assert_ne!(next.item_factors, published.item_factors);
@@ -173,3 +173,43 @@ async fn private_gd_round(url: &str) {
     app.stop().await;
 }
 both_backends!(private_gd_round);
+
+/// The round state reveals the exact number of reports of the closed round (the update
+/// is a sum of one-bit reports over `n`), so it is read only with a key a client of the
+/// protocol holds: a user token (any user's), a reader, writer or admin. No key is 401, a
+/// public or metrics key 403, whether a round is open or not.
+async fn round_needs_a_protocol_key(url: &str) {
+    let (t, _) = FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    app.ingest(&[
+        ("seed-user", "i0", 3.0, None),
+        ("seed-user", "i1", 3.0, None),
+    ])
+    .await;
+    let token = app.create_key("user", Some("alice")).await;
+    let scraper = app.create_key("metrics", None).await;
+    let refused = [("", 401), (PUBLIC, 403), (scraper.key.as_str(), 403)];
+    for (key, status) in refused {
+        let (st, p) = app.get("/v1/private-gd/round", key).await;
+        assert_eq!(st, status, "{key:?} before any round: {p}");
+    }
+    let (st, t) = app
+        .post(
+            "/v1/admin/private-gd/rounds",
+            ADMIN,
+            &json!({"eps_total": 2.0, "rounds": 2, "rank": 2, "dim": 0}),
+        )
+        .await;
+    assert_eq!(st, 201, "{t}");
+    for (key, status) in refused {
+        let (st, p) = app.get("/v1/private-gd/round", key).await;
+        assert_eq!(st, status, "{key:?}: {p}");
+    }
+    for key in [token.key.as_str(), READER, WRITER, ADMIN] {
+        let (st, p) = app.get("/v1/private-gd/round", key).await;
+        assert_eq!(st, 200, "{key:?}: {p}");
+        assert_eq!(p["round"], 1);
+    }
+    app.stop().await;
+}
+both_backends!(round_needs_a_protocol_key);

@@ -1,0 +1,196 @@
+//! What a caller without a key (or with a public key) can read must not depend on the
+//! data: request counts and statuses on /metrics, the times a release is published at,
+//! and whether a release exists at all on an almost empty store.
+
+use dprec::retrain::Hooks;
+use serde_json::json;
+
+use crate::api::catalogue::{catalogue, data_d, metrics_without_clock};
+use crate::api::helpers::*;
+use crate::both_backends;
+
+/// A fresh second database of the backend of `url`, for a two-server test.
+async fn second_db(url: &str, test: &str) -> TestDb {
+    let kind = if url.starts_with("sqlite:") {
+        Kind::Sqlite
+    } else {
+        Kind::Postgres
+    };
+    TestDb::new(kind, test)
+        .await
+        .expect("the first database of this backend was created")
+}
+
+/// Waits for job `id` in the store (no HTTP request, so both servers of a two-server test
+/// see the same requests).
+async fn wait_in_store(app: &TestApp, id: i64) -> dprec::store::JobRow {
+    loop {
+        let j = app.store.job(id).await.unwrap().unwrap();
+        if j.status != "running" {
+            return j;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Posts a retrain (admin key) and waits for its job in the store.
+async fn release_in_store(app: &TestApp) -> dprec::store::JobRow {
+    let (st, job) = app.post("/v1/admin/retrain", ADMIN, &json!({})).await;
+    assert_eq!(st, 202, "{job}");
+    wait_in_store(app, job["id"].as_i64().unwrap()).await
+}
+
+/// `GET /metrics` with `key` (none when empty).
+async fn metrics(app: &TestApp, key: &str) -> Raw {
+    let mut req = app.client.get(app.url("/metrics"));
+    if !key.is_empty() {
+        req = req.bearer_auth(key);
+    }
+    app.send(req).await
+}
+
+/// D: the catalogue data; D' sends one more rating, of a new user, in a request of its
+/// own, and deletes a rating that exists where D deletes one that does not. Then one
+/// release each. Returns the key-less /metrics (clock readings normalised).
+async fn keyless_metrics_after(url: &str, neighbour: bool) -> String {
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    let d = data_d();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = d
+        .iter()
+        .map(|(u, i, v, e)| (u.as_str(), i.as_str(), *v, *e))
+        .collect();
+    app.ingest_registered(&rows).await;
+    let (user, rated) = (&d[0].0, &d[0].1);
+    let deleted = if neighbour {
+        app.ingest_registered(&[("zz-new", "c3", 4.0, Some(0.05))])
+            .await;
+        rated.as_str()
+    } else {
+        "c4"
+    };
+    let (st, _) = app
+        .delete(&format!("/v1/users/{user}/ratings/{deleted}"), WRITER)
+        .await;
+    assert_eq!(st, if neighbour { 204 } else { 404 });
+    assert_eq!(release_in_store(&app).await.status, "succeeded");
+    let r = metrics(&app, "").await;
+    assert_eq!(r.status, 200);
+    app.stop().await;
+    metrics_without_clock(&r.text)
+}
+
+/// Key-less /metrics carries no request count, status or latency of a data-bearing
+/// route: one more ingest request and a delete that finds its rating (204, where the
+/// other server answers 404) leave it byte-identical.
+async fn keyless_metrics_count_no_requests(url: &str) {
+    let other = second_db(url, "keyless_metrics_count_no_requests").await;
+    let a = keyless_metrics_after(url, false).await;
+    let b = keyless_metrics_after(&other.url, true).await;
+    assert_eq!(a, b, "key-less /metrics differs between D and D'");
+    assert!(a.contains("dprec_model_release_id 1"), "{a}");
+}
+both_backends!(keyless_metrics_count_no_requests);
+
+/// The full series (request counts, latencies, data-dependent counters) reach a
+/// `metrics` key and the admin key; no other key, and no key, sees any of them. A
+/// metrics key reads /metrics only.
+async fn metrics_key_reads_the_full_series(url: &str) {
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    app.ingest_registered(&[("u1", "a0", 4.0, None)]).await;
+    let scraper = app.create_key("metrics", None).await;
+    let token = app.create_key("user", Some("u1")).await;
+    let full = [
+        "dprec_http_requests_total",
+        "dprec_http_request_duration_seconds",
+        "dprec_ratings_ingested_total 1",
+        "dprec_store_errors_total",
+    ];
+    for key in [ADMIN, scraper.key.as_str()] {
+        let r = metrics(&app, key).await;
+        assert_eq!(r.status, 200);
+        for name in full {
+            assert!(r.text.contains(name), "{name} missing: {}", r.text);
+        }
+    }
+    for key in ["", PUBLIC, token.key.as_str(), READER, WRITER] {
+        let r = metrics(&app, key).await;
+        assert_eq!(r.status, 200, "{key:?}");
+        for name in full {
+            let name = name.split(' ').next().unwrap();
+            assert!(
+                !r.text.contains(name),
+                "{name} shown to {key:?}: {}",
+                r.text
+            );
+        }
+        assert!(r.text.contains("dprec_model_release_id"), "{}", r.text);
+    }
+    for path in ["/v1/models", "/v1/items", "/v1/users/u1/budget"] {
+        let (st, p) = app.get(path, &scraper.key).await;
+        assert_eq!(st, 403, "{path}: {p}");
+    }
+    app.stop().await;
+}
+both_backends!(metrics_key_reads_the_full_series);
+
+/// The public times of a release (`created_at` in the release list and the current
+/// model, `dprec_model_published_timestamp_seconds` on key-less /metrics) with a fit
+/// that takes `delay_ms` longer: they are the job's start, whatever the fit took.
+async fn public_times_after(url: &str, delay_ms: u64) -> (i64, i64) {
+    let hooks = Hooks {
+        before_commit: Some(std::sync::Arc::new(move || {
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+            Ok(())
+        })),
+        ..Hooks::default()
+    };
+    let app = TestApp::try_spawn(topn_settings(url), None, hooks)
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    app.ingest_registered(&[("u1", "a0", 4.0, None), ("u2", "b0", 3.0, None)])
+        .await;
+    let job = release_in_store(&app).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.reason);
+    let finished = job.finished_at.unwrap();
+    assert!(finished - job.created_at >= delay_ms as i64, "{job:?}");
+    let (_, list) = app.get("/v1/models", PUBLIC).await;
+    let (_, current) = app.get("/v1/models/current", PUBLIC).await;
+    for created in [
+        &list["releases"][0]["created_at"],
+        &current["release"]["created_at"],
+    ] {
+        assert_eq!(created.as_i64(), Some(job.created_at), "{list}");
+    }
+    let text = metrics(&app, "").await.text;
+    let published: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dprec_model_published_timestamp_seconds "))
+        .expect("the publication time is key-less")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        (published * 1000.0).round() as i64,
+        job.created_at,
+        "{text}"
+    );
+    app.stop().await;
+    (job.created_at, finished)
+}
+
+/// A release whose fit takes 600 ms longer and one without delay both publish the job's
+/// start as their time (before, the times were written after the fit and the ledger
+/// commit, so their distance from the job's start grew with the data).
+async fn public_times_are_the_job_start(url: &str) {
+    let other = second_db(url, "public_times_are_the_job_start").await;
+    public_times_after(url, 0).await;
+    let (start, end) = public_times_after(&other.url, 600).await;
+    assert!(end - start >= 600);
+}
+both_backends!(public_times_are_the_job_start);
