@@ -47,10 +47,27 @@ pub fn trainer_from_settings(s: &Settings) -> anyhow::Result<Arc<dyn Trainer>> {
     Ok(Arc::from(t))
 }
 
+/// A served proven trainer converts its rating-level loss at the ledger's
+/// [`RATING_DELTA`](crate::ledger::RATING_DELTA), the delta the per-rating promise names
+/// (docs/privacy/guarantee.md): the ledger composes every rating's Gaussian part at that
+/// delta, so a trainer charging eps at another delta would make the promise wrong.
+fn check_rating_delta(t: &dyn Trainer) -> anyhow::Result<()> {
+    let want = crate::ledger::RATING_DELTA;
+    match t.params().get("delta_r").and_then(|v| v.as_f64()) {
+        Some(d) if d != want => bail!(
+            "trainer.params.delta_r = {d} is refused for the served trainer {}: every \
+             rating's loss is converted at the ledger's delta {want} (the per-rating promise); \
+             remove trainer.params.delta_r or set it to {want}",
+            t.name()
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses trainers the serving policy does not allow.
 pub fn check_trainer(s: &Settings, t: &dyn Trainer) -> anyhow::Result<()> {
     match t.guarantee() {
-        Guarantee::Proven => Ok(()),
+        Guarantee::Proven => check_rating_delta(t),
         Guarantee::NonPrivate if s.trainer.allow_non_private => {
             log::warn!(
                 "serving NON-PRIVATE trainer {} (trainer.allow_non_private = true): \
@@ -394,4 +411,36 @@ fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHand
         .map_into_boxed_body()
         .map_into_right_body();
     Ok(ErrorHandlerResponse::Response(res))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(name: &str, params: &[(&str, &str)]) -> Settings {
+        let mut s = Settings::default();
+        s.trainer.name = name.into();
+        s.trainer.params = params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        s
+    }
+
+    fn checked(s: &Settings) -> anyhow::Result<()> {
+        check_trainer(s, trainer_from_settings(s)?.as_ref())
+    }
+
+    /// A proven trainer converts its rating-level Renyi loss at the ledger's delta (the one
+    /// the per-rating promise names); another delta_r is refused, naming the field.
+    /// `dp-alt`'s and `gaussian-mf`'s former default (1e-5) is refused.
+    #[test]
+    fn a_served_trainer_must_use_the_ledgers_rating_delta() {
+        for name in ["dp-alt", "gaussian-mf", "dp-topn", "dp-popularity"] {
+            checked(&settings(name, &[])).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            let err = checked(&settings(name, &[("delta_r", "1e-5")])).unwrap_err();
+            let msg = format!("{err:#}");
+            assert!(msg.contains("trainer.params.delta_r"), "{name}: {msg}");
+        }
+    }
 }

@@ -52,17 +52,9 @@ fn users(names: &[&str], consumed: &RdpCurve) -> BTreeMap<String, UserBudget> {
 }
 
 /// What a release charges each participating user (`release::steps::collect_charges`):
-/// the release's user-level event.
-fn charge(
-    params: &PlanParams,
-    ratings: &[RatingBudget],
-    p: &dprec::ledger::Plan,
-) -> BTreeMap<String, RdpCurve> {
-    let users: BTreeSet<String> = p
-        .admitted
-        .iter()
-        .map(|a| ratings[a.index].user.clone())
-        .collect();
+/// the release's user-level event, for every user the plan charges.
+fn charge(params: &PlanParams, p: &dprec::ledger::Plan) -> BTreeMap<String, RdpCurve> {
+    let users: BTreeSet<String> = p.users_charged.iter().cloned().collect();
     let cost = user_cost(&params.user_event.clone().into_iter().collect::<Vec<_>>()).unwrap();
     users.into_iter().map(|u| (u, cost.clone())).collect()
 }
@@ -90,7 +82,7 @@ fn one_rating_does_not_change_any_other_admission() {
     // The state after one release of D minus the rating (the same for both plans).
     let zero = RdpCurve::zeros_default();
     let first = plan(&params, &d_minus, &users(&["u", "v"], &zero));
-    let after = charge(&params, &d_minus, &first);
+    let after = charge(&params, &first);
     let consumed = after["u"].clone();
     let state = users(&["u", "v"], &consumed);
     let with = plan(&params, &d, &state);
@@ -144,7 +136,7 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
                 .map(|a| data[a.index].user.clone())
                 .collect();
             out.push((admitted_ids(&data, &p), users_in));
-            for (u, c) in charge(&params, &data, &p) {
+            for (u, c) in charge(&params, &p) {
                 let b = state.get_mut(&u).unwrap();
                 b.consumed = b.consumed.compose(&c).unwrap();
             }
@@ -169,6 +161,62 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
             );
         }
     }
+}
+
+/// The end of a lifetime: user u's rating 2 is exhausted and rating 1 is alive. Over 60
+/// releases (more than the 52 planned) on D and on D minus rating 1, the same users are
+/// charged in every release, and afterwards u's new rating 4 and v's rating 3 are treated
+/// alike. Under the old rule (a user is charged only with an admitted rating) u was not
+/// charged without rating 1, so rating 4 was admitted only in D minus rating 1.
+#[test]
+fn one_rating_does_not_change_its_users_charges_at_the_end_of_a_lifetime() {
+    let params = default_params();
+    let rb = |id, user: &str, eps, spent| RatingBudget {
+        id,
+        user: user.into(),
+        eps,
+        spent,
+        rho: 0.0,
+    };
+    let d = vec![
+        rb(1, "u", 1e6, 0.0),
+        rb(2, "u", 1.0, 1.0),
+        rb(3, "v", 1e6, 0.0),
+    ];
+    type Run = (Vec<BTreeSet<String>>, BTreeSet<i64>, Vec<String>);
+    let run = |data: &[RatingBudget]| -> Run {
+        let mut state = users(&["u", "v"], &RdpCurve::zeros_default());
+        let mut charged = Vec::new();
+        for _ in 0..60 {
+            let p = plan(&params, data, &state);
+            let c = charge(&params, &p);
+            charged.push(c.keys().cloned().collect());
+            for (u, c) in c {
+                let b = state.get_mut(&u).unwrap();
+                b.consumed = b.consumed.compose(&c).unwrap();
+            }
+        }
+        let mut later = data.to_vec();
+        later.push(rb(4, "u", 1e6, 0.0));
+        let p = plan(&params, &later, &state);
+        let excluded = p.users_excluded.keys().cloned().collect();
+        (charged, admitted_ids(&later, &p), excluded)
+    };
+    let (charged, mut admitted, excluded) = run(&d);
+    let minus: Vec<RatingBudget> = d[1..].to_vec();
+    let (charged_minus, admitted_minus, excluded_minus) = run(&minus);
+    assert_eq!(charged, charged_minus, "rating 1 changed who is charged");
+    admitted.remove(&1);
+    assert_eq!(
+        admitted, admitted_minus,
+        "rating 1 changed others' admission"
+    );
+    assert_eq!(
+        excluded, excluded_minus,
+        "rating 1 changed a user's admission"
+    );
+    // The lifetime did end: neither u nor v is admitted after 60 releases.
+    assert!(admitted_minus.is_empty(), "{admitted_minus:?}");
 }
 
 /// Lifetime: with the default configuration every user takes part in all planned
@@ -200,7 +248,7 @@ fn default_config_gives_every_user_all_planned_releases() {
             "release {release}: users excluded {:?}",
             p.users_excluded
         );
-        for (u, c) in charge(&params, &data, &p) {
+        for (u, c) in charge(&params, &p) {
             let b = state.get_mut(&u).unwrap();
             assert!(
                 filter.admits(&b.consumed, &c).unwrap(),

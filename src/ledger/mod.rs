@@ -278,6 +278,10 @@ pub struct Plan {
     pub ratings_exhausted: usize,
     /// Users left out, with the reason.
     pub users_excluded: BTreeMap<String, Exclusion>,
+    /// Users charged the release's user-level event (sorted): every registered user whose
+    /// filter admits it, whether or not any of the user's ratings is admitted, so no
+    /// rating's presence decides whether its user is charged (private releases only).
+    pub users_charged: Vec<String>,
 }
 
 /// Parameters of [`plan`].
@@ -301,8 +305,9 @@ pub struct PlanParams {
 /// 1. Each rating gets [`release_share`]; exhausted ratings are left out.
 /// 2. A rating is counted in the popularity release iff its share is at least twice
 ///    `popularity_eps` (eps preferences are public metadata, so this selection is too).
-/// 3. A user takes part iff the user's Renyi filter admits `user_event`, the constant
-///    user-level cost of the release (the same for every user). So a rating's admission
+/// 3. A user takes part (and is charged) iff the user's Renyi filter admits `user_event`,
+///    the constant user-level cost of the release (the same for every user), whether or
+///    not any of the user's ratings is admitted. So a rating's admission
 ///    depends only on its own eps_ij and spend (and its user's), and a user's only on the
 ///    user's own past charges: adding or removing one rating never changes the admission
 ///    of any other rating or user (DESIGN 3; issue 8, finding 2). Users whose filter is
@@ -340,29 +345,40 @@ pub fn plan(
             }
         }
     }
-    for (user, admitted) in by_user {
-        if !params.check_user_filter {
-            out.admitted.extend(admitted);
-            continue;
-        }
-        let Some(budget) = users.get(user) else {
-            out.users_excluded
-                .insert(user.to_string(), Exclusion::UserInvalid("no budget".into()));
-            continue;
-        };
-        // The same constant for every user: nothing about the user's ratings enters.
-        let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
+    if !params.check_user_filter {
+        out.admitted.extend(by_user.into_values().flatten());
+        out.admitted.sort_by_key(|a| a.index);
+        return out;
+    }
+    // The same constant for every user: nothing about the user's ratings enters. Every
+    // registered user is charged while the filter admits it, with or without admitted
+    // ratings: otherwise a user's only admissible rating would decide whether the user
+    // is charged, and so (at the end of the lifetime) whether the user's other ratings
+    // are used later (docs/LEDGER.md, "The user-level event").
+    let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
+    for (user, budget) in users {
         match budget.admits(&events).map_err(|e| e.to_string()) {
-            Ok(true) => out.admitted.extend(admitted),
+            Ok(true) => {
+                out.users_charged.push(user.clone());
+                out.admitted
+                    .extend(by_user.remove(user.as_str()).unwrap_or_default());
+            }
             Ok(false) => {
+                by_user.remove(user.as_str());
                 out.users_excluded
-                    .insert(user.to_string(), Exclusion::UserFilterFull);
+                    .insert(user.clone(), Exclusion::UserFilterFull);
             }
             Err(e) => {
+                by_user.remove(user.as_str());
                 out.users_excluded
-                    .insert(user.to_string(), Exclusion::UserInvalid(e));
+                    .insert(user.clone(), Exclusion::UserInvalid(e));
             }
         }
+    }
+    // Ratings of users the store does not know (no budget): left out.
+    for user in by_user.into_keys() {
+        out.users_excluded
+            .insert(user.to_string(), Exclusion::UserInvalid("no budget".into()));
     }
     out.admitted.sort_by_key(|a| a.index);
     out

@@ -391,8 +391,9 @@ pub fn collect_charges(
         PrivacyEvent::Composed { events } => events.clone(),
         other => vec![other.clone()],
     };
-    let users: BTreeMap<String, Vec<PrivacyEvent>> = set
-        .user_ids
+    // Every user the plan charges, with or without admitted ratings (ledger::plan).
+    let users: BTreeMap<String, Vec<PrivacyEvent>> = plan
+        .users_charged
         .iter()
         .map(|u| (u.clone(), parts.clone()))
         .collect();

@@ -114,7 +114,7 @@ impl Default for DpAlt {
             d: 1,
             rounds: 1,
             mean_eps: 0.005,
-            delta_r: 1e-5,
+            delta_r: crate::ledger::RATING_DELTA,
             item: ItemStepConfig {
                 // Public (DESIGN 2.6): never the mean or max of the eps_ij present.
                 threshold: Threshold::Fixed(0.25),

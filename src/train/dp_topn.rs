@@ -246,27 +246,78 @@ pub fn sample_ratings(
     })
 }
 
-/// `sum_u clip(y_u)` over all items (binary rows clipped to L2 norm `clip`), plus
-/// N(0, sigma^2) on every item.
+/// Finest grid the count sums live on, `gamma = 2^-bits` with `bits <= 16`: a user's
+/// clipped weight is floored to a multiple of `gamma`, and the discrete Gaussian's
+/// `sigma / gamma <= 2^23` keeps its `sigma^2` inside the exact sampler's range.
+///
+/// Flooring keeps every bound the charges use (docs/privacy/dp-topn.md, "Exact
+/// counts"): a floored row's norm is at most the clipped row's (user level), and adding
+/// or removing one rating moves the floored row by at most `sqrt 2` (rating level) as long
+/// as `sqrt(cap + 1) gamma <= 1 - 1/sqrt 2`, which is checked here from public values.
+pub fn count_grid_bits(sigma: f64, cap: usize) -> Result<u32, TrainError> {
+    if !(sigma.is_finite() && sigma > 0.0) {
+        return Err(invalid(
+            "sigma_count",
+            format!("must be finite and > 0, got {sigma}"),
+        ));
+    }
+    let mut bits = 16i32;
+    while bits > 0 && sigma * 2f64.powi(bits) > 2f64.powi(23) {
+        bits -= 1;
+    }
+    let gamma = 2f64.powi(-bits);
+    if sigma / gamma > 2f64.powi(23) || sigma / gamma < 8.0 {
+        return Err(invalid(
+            "sigma_count",
+            format!("{sigma} is outside the exact count sampler's range [2^-13, 2^23]"),
+        ));
+    }
+    if ((cap as f64) + 1.0).sqrt() * gamma > 1.0 - std::f64::consts::FRAC_1_SQRT_2 {
+        return Err(invalid(
+            "cap",
+            format!("{cap} is too large for the count grid 2^-{bits} at sigma {sigma}"),
+        ));
+    }
+    Ok(bits as u32)
+}
+
+/// DP counts, released exactly (Canonne-Kamath-Steinke 2020): `sum_u clip(y_u)` over all
+/// items (binary rows clipped to L2 norm `clip`, each weight floored to the grid of
+/// [`count_grid_bits`]) in integer grid units, plus a discrete Gaussian of standard
+/// deviation `sigma` (in count units) on every item; the published count is that integer
+/// rounded to the nearest whole count (post-processing). Every count is an integer.
 pub fn noisy_counts(
     rows: &[Vec<u32>],
     n_items: usize,
     clip: f64,
+    cap: usize,
     sigma: f64,
     rng: &mut DpRng,
 ) -> Result<Vec<f64>, TrainError> {
-    let mut counts = vec![0.0; n_items];
+    let bits = count_grid_bits(sigma, cap)?;
+    let unit = 1i64 << bits;
+    let mut sums = vec![0i64; n_items];
     for row in rows {
         if row.is_empty() {
             continue;
         }
         let w = (clip / (row.len() as f64).sqrt()).min(1.0);
+        // floor(w 2^bits): exact (a power-of-two scaling), at most 2^bits.
+        let units = (w * unit as f64).floor() as i64;
         for &j in row {
-            counts[j as usize] += w;
+            sums[j as usize] += units;
         }
     }
-    for c in counts.iter_mut() {
-        *c += gaussian(sigma, rng).map_err(numerical)?;
+    let s = sigma * unit as f64;
+    let s2 = crate::privacy::Rational {
+        num: (s * s).ceil() as u64 + 1,
+        den: 1,
+    };
+    let mut counts = Vec::with_capacity(n_items);
+    for x in sums {
+        let noisy = x + crate::privacy::discrete_gaussian(s2, rng).map_err(numerical)?;
+        // Nearest whole count (halves up), in integer arithmetic.
+        counts.push((noisy + unit / 2).div_euclid(unit) as f64);
     }
     Ok(counts)
 }
@@ -630,7 +681,14 @@ impl DpTopN {
         let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &mut sampling)?;
         let n_items = data.matrix.n_items;
         let sigma_count = z_c * c.count_clip;
-        let noisy = noisy_counts(&sample.rows, n_items, c.count_clip, sigma_count, &mut noise)?;
+        let noisy = noisy_counts(
+            &sample.rows,
+            n_items,
+            c.count_clip,
+            c.cap,
+            sigma_count,
+            &mut noise,
+        )?;
         let (candidates, g, sigma_gram) = if with_gram {
             let candidates = select_candidates(&noisy, self.threshold * sigma_count, self.k);
             let sigma_gram = z_g * c.gram_clip * c.gram_clip;
@@ -964,7 +1022,12 @@ mod tests {
         let rows: Vec<Vec<u32>> = (0..m.n_users)
             .map(|u| m.by_user.row(u).0.to_vec())
             .collect();
-        let exact = noisy_counts(&rows, 2000, 3.0, 1e-300, &mut crate::rng::seeded(0)).unwrap();
+        let mut exact = vec![0.0; 2000];
+        for row in &rows {
+            let w = (3.0 / (row.len() as f64).sqrt()).min(1.0);
+            row.iter().for_each(|&j| exact[j as usize] += w);
+        }
+        assert!(rel.noisy_counts.iter().all(|c| c.fract() == 0.0));
         let sd = |d: &[f64]| (d.iter().map(|x| x * x).sum::<f64>() / d.len() as f64).sqrt();
         let dc: Vec<f64> = rel
             .noisy_counts
@@ -985,6 +1048,84 @@ mod tests {
         assert!((got - 1.0).abs() < 0.04, "gram noise sd ratio {got}");
         // Symmetric.
         assert!((0..k).all(|a| (0..k).all(|b| rel.gram[a * k + b] == rel.gram[b * k + a])));
+    }
+
+    /// Every published count is an integer produced by the discrete Gaussian: the same
+    /// stream through `privacy::discrete_gaussian` (sums of floored weights in grid units,
+    /// rounded to whole counts) gives the same counts. A float sampler, a missing
+    /// rounding or a different grid fails.
+    #[test]
+    fn published_counts_are_integers_from_the_discrete_gaussian() {
+        let rows: Vec<Vec<u32>> = (0..50u32)
+            .map(|u| (0..(1 + u % 30)).map(|t| (u + 3 * t) % 40).collect())
+            .map(|mut r: Vec<u32>| {
+                r.sort_unstable();
+                r.dedup();
+                r
+            })
+            .collect();
+        let (clip, cap, sigma) = (4.0, 256, 3.7);
+        let got = noisy_counts(&rows, 40, clip, cap, sigma, &mut crate::rng::seeded(9)).unwrap();
+        assert!(got.iter().all(|c| c.fract() == 0.0), "{got:?}");
+        let bits = count_grid_bits(sigma, cap).unwrap();
+        assert_eq!(bits, 16);
+        let unit = 1i64 << bits;
+        let mut sums = vec![0i64; 40];
+        for row in &rows {
+            let w = (clip / (row.len() as f64).sqrt()).min(1.0);
+            row.iter()
+                .for_each(|&j| sums[j as usize] += (w * unit as f64).floor() as i64);
+        }
+        let s = sigma * unit as f64;
+        let s2 = crate::privacy::Rational::new((s * s).ceil() as u64 + 1, 1).unwrap();
+        let mut rng = crate::rng::seeded(9);
+        for (j, x) in sums.into_iter().enumerate() {
+            let y = x + crate::privacy::discrete_gaussian(s2, &mut rng).unwrap();
+            assert_eq!(got[j], (y + unit / 2).div_euclid(unit) as f64, "item {j}");
+        }
+        // The scale: 50,000 counts of pure noise at sigma 20 have a sample sd within 2% of
+        // sigma (relative sd of the estimate 0.32%: > 6 sds; rounding to whole counts adds
+        // 1/12 to the variance, 0.01%); a 10% wrong scale is outside.
+        let noise = noisy_counts(&[], 50_000, clip, cap, 20.0, &mut crate::rng::seeded(10));
+        let noise = noise.unwrap();
+        assert!(noise.iter().all(|c| c.fract() == 0.0));
+        let sd = (noise.iter().map(|x| x * x).sum::<f64>() / noise.len() as f64).sqrt();
+        for (scale, ok) in [(1.0, true), (0.9, false), (1.1, false)] {
+            assert_eq!(
+                (sd / (20.0 * scale) - 1.0).abs() < 0.02,
+                ok,
+                "sd {sd} at {scale}x"
+            );
+        }
+        // The grid keeps the rating-level bound: refused when the cap is too large for it.
+        assert!(count_grid_bits(sigma, 1 << 24).is_ok());
+        assert!(count_grid_bits(1e4, 1 << 24).is_err());
+        assert!(count_grid_bits(1e-9, 256).is_err());
+    }
+
+    /// Flooring the clipped weights to the count grid keeps the bounds the charges use:
+    /// no floored row is longer than `clip`, and adding or removing one rating (a row of
+    /// `n` versus `n - 1` items, every `n` up to the cap) or swapping one (cap binding)
+    /// moves the floored row by at most `sqrt 2` in L2.
+    #[test]
+    fn floored_rows_keep_the_user_and_rating_bounds() {
+        for clip in [0.3, 1.0, 4.0, 17.5] {
+            for cap in [1usize, 16, 256, 4096] {
+                let bits = count_grid_bits(1.0, cap).unwrap();
+                let unit = (1i64 << bits) as f64;
+                let fw = |n: usize| ((clip / (n as f64).sqrt()).min(1.0) * unit).floor() / unit;
+                for n in 1..=cap + 1 {
+                    assert!((n as f64).sqrt() * fw(n) <= clip + 1e-12);
+                    let d2 = if n == 1 {
+                        fw(1).powi(2)
+                    } else {
+                        (n - 1) as f64 * (fw(n - 1) - fw(n)).powi(2) + fw(n).powi(2)
+                    };
+                    assert!(d2 <= 2.0, "clip {clip} cap {cap} n {n}: {d2}");
+                }
+                assert!(2.0 * fw(cap).powi(2) <= 2.0);
+            }
+        }
     }
 
     /// The noise is drawn independently of the data: D and D plus a new last user whose

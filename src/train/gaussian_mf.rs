@@ -77,13 +77,26 @@ pub fn calibrate_noise_multiplier(eps: f64, delta: f64, steps: u64) -> Result<f6
     if steps == 0 {
         return Err(invalid("steps", "must be >= 1"));
     }
-    calibrate_decreasing(
+    // A pure function of public values, asked for by every release of a trainer that
+    // calibrates its noise to a plan (hundreds of bisection steps through the
+    // accountant): remembered per thread.
+    thread_local! {
+        static CALIBRATED: std::cell::RefCell<std::collections::HashMap<(u64, u64, u64), f64>> =
+            Default::default();
+    }
+    let key = (eps.to_bits(), delta.to_bits(), steps);
+    if let Some(z) = CALIBRATED.with(|c| c.borrow().get(&key).copied()) {
+        return Ok(z);
+    }
+    let z = calibrate_decreasing(
         eps,
         |z| gaussian_steps_eps(z, steps, delta),
         1.0,
         (1e-12, 1e12),
         1e-13,
-    )
+    )?;
+    CALIBRATED.with(|c| c.borrow_mut().insert(key, z));
+    Ok(z)
 }
 
 /// The smallest `z` (to `rel_tol` relative) at which `eps_of(z) <= eps`, for an `eps_of`
@@ -607,7 +620,7 @@ impl GaussianMf {
         let d = p.usize_in("d", 20, 1, 1024)?;
         let steps = p.usize_in("steps", def.steps, 1, 100_000)?;
         let delta = p.positive("delta", 1e-5)?;
-        let delta_r = p.positive("delta_r", 1e-5)?;
+        let delta_r = p.positive("delta_r", crate::ledger::RATING_DELTA)?;
         for (k, v) in [("delta", delta), ("delta_r", delta_r)] {
             if v >= 1.0 {
                 return Err(invalid(k, format!("must be < 1, got {v}")));
