@@ -398,6 +398,10 @@ fn calibration_from_eps_hits_eps_via_the_accountant() {
             ..UserStepConfig::default()
         };
         assert_eq!(cfg.noise_multiplier().unwrap(), z);
+        // Remembered per thread: a second call, and a fresh thread's first, agree.
+        assert_eq!(calibrate_noise_multiplier(eps, delta, steps).unwrap(), z);
+        let fresh = std::thread::spawn(move || calibrate_noise_multiplier(eps, delta, steps));
+        assert_eq!(fresh.join().unwrap().unwrap(), z);
     }
     // The trainer calibrates at construction and charges that multiplier.
     let t = build(
@@ -508,9 +512,15 @@ fn guarantees_labels_and_parameter_errors() {
     assert_eq!(f.guarantee, Guarantee::Proven);
     let rec = &f.charges.mechanisms[0];
     let eps = rec.params["per_user_eps"].as_f64().unwrap();
-    assert_eq!(eps, gaussian_steps_eps(2.0, 5, 1e-5).unwrap());
+    assert_eq!(
+        eps,
+        gaussian_steps_eps(2.0, 5, dprec::ledger::RATING_DELTA).unwrap()
+    );
     assert!(eps <= rec.params["paper_eps_opt"].as_f64().unwrap());
-    let summary = f.charges.summary(train.len(), 1e-5).unwrap();
+    let summary = f
+        .charges
+        .summary(train.len(), dprec::ledger::RATING_DELTA)
+        .unwrap();
     assert_eq!(summary.max_user_eps, eps);
 
     // items=prior (or offsets=prior) without a prior model is an error naming it.

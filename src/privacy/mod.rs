@@ -16,7 +16,7 @@
 //! | LDP item-indicator perturbation (Private-GD section 4.1) | [`local::randomized_response`] | Warner-style randomized response, unbiased estimator [`local::rr_unbiased_estimate`] |
 //! | choosing which ratings enter a release under personalised budgets (PDP-PMF, DESIGN 2.6) | [`sampling`] | Jorgensen-Yu-Cormode sampling mechanism |
 //! | a running sum released at every period of a public horizon (continual release) | [`tree`] ([`tree::TreeCounter`], [`tree::ArrivalCap`]) | binary-tree aggregation: the stream of `T` releases composes `levels(T) = floor(log2 T) + 1` Gaussian mechanisms instead of `T`, when each user's increments are nonnegative with a lifetime L2 bound |
-//! | anything RELEASED DIRECTLY as a number (DP popularity counts, DP sums for a global mean) | [`discrete`] ([`discrete::release_steps`], [`discrete::release_count`], [`discrete::release_on_grid`]) | exact integer samplers (Canonne-Kamath-Steinke 2020): the output is an integer, every probability is realised with integer arithmetic on uniform integer draws, so there are no floating-point holes (Mironov 2012) |
+//! | anything RELEASED DIRECTLY as a number (DP popularity counts, `dp-topn`'s counts, DP sums for a global mean) | [`discrete`] ([`discrete::release_steps`], [`discrete::release_count`], [`discrete::release_on_grid`], [`discrete::discrete_gaussian`]) | exact integer samplers (Canonne-Kamath-Steinke 2020): the output is an integer, every probability is realised with integer arithmetic on uniform integer draws, so there are no floating-point holes (Mironov 2012) |
 //!
 //! The ratings' privacy preferences `eps_ij` are public metadata (DESIGN 2.7): the
 //! sampling probabilities and thresholds are computed from them in the clear.

@@ -1097,6 +1097,15 @@ mod tests {
                 "sd {sd} at {scale}x"
             );
         }
+        // What a release stores and serves (`item_bias`, the ranker's popularity) is those
+        // integers.
+        let r = synthetic(60, 40, 8);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["releases=1", "threshold=0", "k=10"]);
+        let f = t.fit(&data, &mut crate::rng::seeded(12)).unwrap();
+        assert!(f.model.item_bias.iter().all(|c| c.fract() == 0.0));
+        assert!(f.model.item_bias.iter().any(|&c| c != 0.0));
         // The grid keeps the rating-level bound: refused when the cap is too large for it.
         assert!(count_grid_bits(sigma, 1 << 24).is_ok());
         assert!(count_grid_bits(1e4, 1 << 24).is_err());

@@ -71,14 +71,19 @@ async fn ldp_batch_accepted_and_charged_once(url: &str) {
         assert!((got - want(order)).abs() < 1e-9, "order {order}: {got} {a}");
     }
 
-    // A release charges the raw ratings and never the LDP ones.
+    // A release charges the raw ratings and never the LDP ones. At user level it charges
+    // its one constant event to every registered user with a live budget, alice too
+    // (whether a user is charged never depends on which of its ratings take part).
     let job = app.retrain().await;
     assert_eq!(job.status, "succeeded", "{job:?}");
     let (_, b) = app.get("/v1/users/alice/budget", READER).await;
     assert_eq!(b["ratings"]["entries"], Value::Array(entries), "{b}");
-    assert!((rdp_at(&b, 2.0) - want(2.0)).abs() < 1e-9, "{b}");
-    assert_eq!(b["releases"]["total"], 0, "{b}");
+    assert_eq!(b["releases"]["total"], 1, "{b}");
     let (_, r) = app.get("/v1/users/raw/budget", READER).await;
+    assert_eq!(r["releases"]["total"], 1, "{r}");
+    let event = rdp_at(&r, 2.0);
+    assert!(event > 0.0, "{r}");
+    assert!((rdp_at(&b, 2.0) - want(2.0) - event).abs() < 1e-9, "{b}");
     assert!(
         r["ratings"]["entries"][0]["spent"].as_f64().unwrap() > 0.0,
         "{r}"
