@@ -149,6 +149,15 @@ fn main() -> anyhow::Result<()> {
             &mut dprec::rng::seeded(seed),
         )?;
         let fit_s = start.elapsed().as_secs_f64();
+        if let Some(dprec::train::StoredRanker::Item { model }) =
+            fitted.ranker.as_ref().and_then(|r| r.stored())
+        {
+            let d = match &model.scorer {
+                dprec::train::item_ranker::ItemScorer::Projection { d, .. } => *d,
+                _ => 0,
+            };
+            println!("{name}: {} candidates, d {d}", model.candidates.len());
+        }
         let ranker: &dyn Ranker = match &fitted.ranker {
             Some(r) => r.as_ref(),
             None => &fitted.model,

@@ -25,8 +25,10 @@ pub struct RecommendQuery {
 pub struct ScoredItem {
     pub item: String,
     /// The served model's score: a factor model's `theta_u . v_j` + biases, a top-N
-    /// model's ranking score, a neighbourhood model's predicted rating (unclamped); the
-    /// DP popularity count in fallback. For similar items: see `SimilarItems.items`.
+    /// model's ranking score (items beyond its DP candidates follow them in DP-count
+    /// order, scored below the lowest candidate, so a list holds `n` items whenever the
+    /// catalogue has them), a neighbourhood model's predicted rating (unclamped); the DP
+    /// popularity count in fallback. For similar items: see `SimilarItems.items`.
     pub score: f64,
     /// Neighbourhood models only (`dpsgd-nbm`, `dpps-nbm`, `nbm`), on personal lists: the
     /// asking user's own rated items that contributed most to this item's score (at most

@@ -20,6 +20,9 @@ pub enum Preset {
     Ml100kTaste,
     /// ml20m with the taste groups of ml100k-taste.
     Ml20mTaste,
+    /// Few heavy raters over a large catalogue: 610 users, 9,742 items, 100,836 ratings
+    /// (165 per user, heavy tail), half stars, taste groups with personal share 0.5.
+    HeavyRaters,
 }
 
 /// Arguments of `dprec synth`.
@@ -71,6 +74,7 @@ impl SynthArgs {
             Preset::Ml20m => SyntheticConfig::movielens_20m_like(),
             Preset::Ml100kTaste => SyntheticConfig::movielens_100k_taste(),
             Preset::Ml20mTaste => SyntheticConfig::movielens_20m_taste(),
+            Preset::HeavyRaters => SyntheticConfig::heavy_raters(),
         };
         if let Some(n) = self.ratings {
             cfg = cfg.scaled(n);

@@ -742,7 +742,8 @@ impl DpTopN {
             popularity,
             scorer,
             self.pop_weight,
-        ))
+        )
+        .with_fill(rel.noisy_counts.clone()))
     }
 }
 

@@ -5,7 +5,9 @@
 //! `x_u` is the user's binary row over the candidates, scaled to unit norm (the same
 //! normalisation the training rows get; the scale does not change a user's ranking but
 //! keeps the popularity term `pop_weight * pop_j / max pop` on a fixed footing).
-//! Items outside the candidate set score `-inf` (never listed); a user with no rated
+//! Items outside the candidate set score `-inf` (never listed) unless the model carries
+//! catalogue-wide DP counts (`fill`): then they rank after every candidate, by DP count,
+//! so a list holds `n` items whenever the catalogue has them. A user with no rated
 //! candidate is answered by popularity (the fallback). None of these models predicts a
 //! rating value.
 
@@ -38,6 +40,9 @@ pub struct ItemRanker {
     pub scorer: ItemScorer,
     /// Weight of the normalised popularity added to every personalised score.
     pub pop_weight: f64,
+    /// DP count of every catalogue item (the release's counts), or empty (rows stored
+    /// before it existed: items outside the candidates are then never listed).
+    pub fill: Vec<f64>,
     cand_pos: Vec<u32>,
     pop_max: f64,
 }
@@ -52,6 +57,8 @@ pub struct ItemRankerParts {
     pub popularity: Vec<f64>,
     pub scorer: ItemScorer,
     pub pop_weight: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fill: Vec<f64>,
 }
 
 impl From<ItemRanker> for ItemRankerParts {
@@ -62,6 +69,7 @@ impl From<ItemRanker> for ItemRankerParts {
             popularity: r.popularity,
             scorer: r.scorer,
             pop_weight: r.pop_weight,
+            fill: r.fill,
         }
     }
 }
@@ -82,13 +90,20 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
         if p.candidates.iter().any(|&j| j as usize >= p.n_items) {
             return Err(format!("item ranker candidate outside 0..{}", p.n_items));
         }
+        if !p.fill.is_empty() && p.fill.len() != p.n_items {
+            return Err(format!(
+                "item ranker fill does not match {} items",
+                p.n_items
+            ));
+        }
         Ok(ItemRanker::new(
             p.n_items,
             p.candidates,
             p.popularity,
             p.scorer,
             p.pop_weight,
-        ))
+        )
+        .with_fill(p.fill))
     }
 }
 
@@ -122,8 +137,40 @@ impl ItemRanker {
             popularity,
             scorer,
             pop_weight,
+            fill: Vec::new(),
             cand_pos,
             pop_max: if pop_max > 0.0 { pop_max } else { 1.0 },
+        }
+    }
+
+    /// The same model with catalogue-wide DP counts `fill` (one per item): items
+    /// outside the candidates then rank after every candidate, by DP count.
+    pub fn with_fill(mut self, fill: Vec<f64>) -> Self {
+        assert!(
+            fill.is_empty() || fill.len() == self.n_items,
+            "one count per item"
+        );
+        self.fill = fill;
+        self
+    }
+
+    /// Scores of the items outside the candidates: below `lowest` (the lowest candidate
+    /// score), in the order of their DP counts. Without `fill` they stay `-inf`.
+    fn fill_outside(&self, lowest: f64, out: &mut [f64]) {
+        if self.fill.is_empty() {
+            return;
+        }
+        let (lo, hi) = self
+            .fill
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                (a.min(x), b.max(x))
+            });
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        for (j, o) in out.iter_mut().enumerate() {
+            if self.position(j).is_none() {
+                *o = lowest - 2.0 + (self.fill[j] - lo) / span;
+            }
         }
     }
 
@@ -159,6 +206,9 @@ impl Ranker for ItemRanker {
     }
 
     fn popularity_counts(&self) -> Option<Vec<f64>> {
+        if !self.fill.is_empty() {
+            return Some(self.fill.clone());
+        }
         let mut counts = vec![0.0; self.n_items];
         for (&j, &p) in self.candidates.iter().zip(&self.popularity) {
             counts[j as usize] = p;
@@ -203,6 +253,10 @@ impl Ranker for ItemRanker {
             for (s, p) in cand.iter_mut().zip(&self.popularity) {
                 *s += self.pop_weight * p / self.pop_max;
             }
+        } else if !self.fill.is_empty() {
+            // Not personal: the DP counts order the whole catalogue.
+            out.copy_from_slice(&self.fill);
+            return;
         } else {
             cand.copy_from_slice(&self.popularity);
         }
@@ -211,6 +265,8 @@ impl Ranker for ItemRanker {
                 *o = cand[a];
             }
         }
+        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
+        self.fill_outside(if lowest.is_finite() { lowest } else { 0.0 }, out);
     }
 
     fn predict(&self, _user: Option<usize>, _own: &[(usize, f64)], _item: usize) -> Option<f64> {
@@ -293,5 +349,42 @@ mod tests {
         assert!((out[0] - (5.0 * w + 0.25)).abs() < 1e-12);
         assert!((out[1] - (7.0 * w + 0.5)).abs() < 1e-12);
         assert!((out[2] - (2.0 * w + 1.0)).abs() < 1e-12);
+    }
+
+    /// With catalogue-wide DP counts a list holds `n` items whatever the candidates: one
+    /// candidate (the user rated it, or not) or none; the rest by DP count, after every
+    /// candidate, the user's items excluded by the caller.
+    #[test]
+    fn fill_lists_the_catalogue_after_the_candidates() {
+        let fill = vec![3.0, 9.0, -1.0, 5.0, 7.0, 0.5];
+        let top = |r: &ItemRanker, own: &[(usize, f64)]| {
+            let mut s = vec![0.0; 6];
+            r.score_items(None, own, &mut s);
+            let mut ex = vec![false; 6];
+            own.iter().for_each(|&(j, _)| ex[j] = true);
+            super::super::ranker::top_k(&s, &ex, 10)
+        };
+        let proj = ItemScorer::Projection {
+            d: 1,
+            factors: vec![1.0],
+        };
+        let one = ItemRanker::new(6, vec![3], vec![5.0], proj, 0.0).with_fill(fill.clone());
+        // Rated the candidate: personal (a score of 1 on it, excluded), then the counts.
+        assert_eq!(top(&one, &[(3, 5.0)]), vec![1, 4, 0, 5, 2]);
+        // Rated something else: popularity over the catalogue.
+        assert_eq!(top(&one, &[(0, 5.0)]), vec![1, 4, 3, 5, 2]);
+        let none =
+            ItemRanker::new(6, vec![], vec![], ItemScorer::Popularity, 0.0).with_fill(fill.clone());
+        assert_eq!(top(&none, &[(4, 1.0)]), vec![1, 3, 0, 5, 2]);
+        assert_eq!(none.popularity_counts().unwrap(), fill);
+        // Without fill (rows stored before it) only candidates are listed.
+        let old = ItemRanker::new(6, vec![3, 1], vec![5.0, 9.0], ItemScorer::Popularity, 0.0);
+        assert_eq!(top(&old, &[]), vec![1, 3]);
+        // The stored form keeps the counts.
+        let json = serde_json::to_string(&one.stored().unwrap()).unwrap();
+        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+            .unwrap()
+            .into_ranker();
+        assert_eq!(back.popularity_counts().unwrap(), fill);
     }
 }

@@ -158,7 +158,8 @@ impl Trainer for DpPopularity {
             .iter()
             .map(|&j| rel.noisy_counts[j as usize])
             .collect();
-        let r = ItemRanker::new(n, candidates, pop, ItemScorer::Popularity, 0.0);
+        let r = ItemRanker::new(n, candidates, pop, ItemScorer::Popularity, 0.0)
+            .with_fill(rel.noisy_counts.clone());
         Ok(Fitted {
             model: item_model(data, &rel.noisy_counts),
             charges: rel.charges,

@@ -195,3 +195,45 @@ async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
     app.stop().await;
 }
 both_backends!(ratings_compose_their_gaussian_part_across_releases);
+
+/// A list holds `n` items whenever the catalogue has them, whatever the candidates: a
+/// small service (200 users rating 10 of 100 items at random, the service's default
+/// trainer and budget) answers every user with `n = 10` items, none of them the user's
+/// own, after each of two releases. With so little data the default release has one
+/// candidate or none; the rest of the list is filled from the release's DP popularity.
+async fn lists_hold_n_items_whatever_the_candidates(url: &str) {
+    use rand::seq::IndexedRandom;
+    let mut s = settings(url);
+    s.trainer.name = "dp-topn".into();
+    s.trainer.params.clear();
+    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
+    let mut rng = dprec::rng::seeded(20);
+    let items: Vec<String> = (0..100).map(|j| format!("i{j:03}")).collect();
+    let mut own: Vec<(String, Vec<String>)> = Vec::new();
+    for u in 0..200 {
+        let mine: Vec<String> = items.choose_multiple(&mut rng, 10).cloned().collect();
+        own.push((format!("u{u:03}"), mine));
+    }
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = own
+        .iter()
+        .flat_map(|(u, mine)| {
+            mine.iter()
+                .map(move |i| (u.as_str(), i.as_str(), 4.0, None))
+        })
+        .collect();
+    for chunk in rows.chunks(50) {
+        app.ingest(chunk).await;
+    }
+    for release in 0..2 {
+        assert_eq!(app.retrain().await.status, "succeeded");
+        for (u, mine) in own.iter().step_by(7) {
+            let (list, _) = served_list(&app, u, 10).await;
+            assert_eq!(list.len(), 10, "release {release}, user {u}: {list:?}");
+            assert!(list.iter().all(|i| !mine.contains(i)), "{u}: {list:?}");
+            let distinct: std::collections::HashSet<&String> = list.iter().collect();
+            assert_eq!(distinct.len(), 10, "{u}: {list:?}");
+        }
+    }
+    app.stop().await;
+}
+both_backends!(lists_hold_n_items_whatever_the_candidates);
