@@ -36,7 +36,7 @@ fn charges_follow_the_ledger_rules() {
     let budgets: Vec<f64> = (0..r.len())
         .map(|k| match k % 3 {
             0 => 0.0,
-            1 => 0.05,
+            1 => 0.5,
             _ => 100.0,
         })
         .collect();
@@ -53,7 +53,11 @@ fn charges_follow_the_ledger_rules() {
             0 => assert_eq!((eps[k], rho[k]), (0.0, 0.0), "rating {k} not offered"),
             1 => {
                 assert_eq!(rho[k], 0.0);
-                assert!(eps[k] > 0.0 && eps[k] <= 0.05 + 1e-12, "rating {k}: {}", eps[k]);
+                assert!(
+                    eps[k] > 0.0 && eps[k] <= 0.5 + 1e-12,
+                    "rating {k}: {}",
+                    eps[k]
+                );
             }
             _ => {
                 assert_eq!(eps[k], 0.0);
@@ -93,7 +97,10 @@ fn the_user_side_is_solved_from_the_users_own_ratings() {
     );
     assert!(h > l + 1.0, "{h} vs {l}");
     // The user index plays no part: only the own ratings do.
-    assert_eq!(ranker.predict(None, &high, 40), ranker.predict(Some(7), &high, 40));
+    assert_eq!(
+        ranker.predict(None, &high, 40),
+        ranker.predict(Some(7), &high, 40)
+    );
     // Stored and reloaded, it predicts the same.
     let stored = ranker.stored().unwrap();
     let json = serde_json::to_string(&stored).unwrap();
@@ -109,7 +116,11 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
         train: train.clone(),
         test: test.clone(),
     };
-    let t = build("dp-alt", &Params::parse(&["eps=50", "releases=1", "eps_r=none"]).unwrap()).unwrap();
+    let t = build(
+        "dp-alt",
+        &Params::parse(&["eps=50", "releases=1", "eps_r=none"]).unwrap(),
+    )
+    .unwrap();
     let res = dprec::eval::evaluate_fold_with(t.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
         .unwrap();
     let mu = train.mean();

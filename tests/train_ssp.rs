@@ -326,11 +326,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
         assert_eq!(a.user_bias.as_ref().unwrap()[u], 0.5 * theta[3]);
     }
     let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
-    let t = build(
-        "dp-alt",
-        &Params::parse(&["rounds=2", "d=3"]).unwrap(),
-    )
-    .unwrap();
+    let t = build("dp-alt", &Params::parse(&["rounds=2", "d=3"]).unwrap()).unwrap();
     let fit = |threads| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

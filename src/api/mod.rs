@@ -7,10 +7,10 @@ pub mod health;
 pub mod items;
 pub mod models;
 pub mod openapi;
+pub mod predict;
 pub mod private_gd;
 pub mod problem;
 pub mod ratings;
-pub mod predict;
 pub mod recommend;
 pub mod users;
 

@@ -197,8 +197,7 @@ impl DpAlt {
     }
 
     fn mean_of(&self, data: &TrainData<'_>) -> f64 {
-        self.mean
-            .unwrap_or((data.scale.min + data.scale.max) / 2.0)
+        self.mean.unwrap_or((data.scale.min + data.scale.max) / 2.0)
     }
 
     /// The exact (noise-free) item statistics of one step: every user's profile solved
@@ -536,10 +535,17 @@ mod tests {
         let mut moved_by = Vec::new();
         for count in [1usize, 10, 30, 300, 3000] {
             let mut rows = others.clone();
-            rows.push((0..count).map(|i| (i, if i % 2 == 0 { 5.0 } else { 1.0 })).collect());
+            rows.push(
+                (0..count)
+                    .map(|i| (i, if i % 2 == 0 { 5.0 } else { 1.0 }))
+                    .collect(),
+            );
             let (g, h) = moved(&t, &t.item_statistics(&s, &rows), &without);
             let bound = t.cap.sqrt() * (1.0 + 1e-9);
-            assert!(g <= bound && h <= bound, "{count} ratings: {g} {h} > {bound}");
+            assert!(
+                g <= bound && h <= bound,
+                "{count} ratings: {g} {h} > {bound}"
+            );
             moved_by.push(h);
         }
         // The bound is nearly reached (so it is not loose), and 10x the ratings (300 ->

@@ -73,7 +73,10 @@ async fn predictions_are_served_under_the_recommendation_scopes(url: &str) {
     let row = app.store.latest_model().await.unwrap().unwrap();
     let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
     assert_eq!(stored.factors.user_bias.len(), 0, "no user rows are stored");
-    let ranker = stored.ranker.expect("dp-alt stores its item side").into_ranker();
+    let ranker = stored
+        .ranker
+        .expect("dp-alt stores its item side")
+        .into_ranker();
     let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
     let index = |i: &str| items.iter().position(|x| x == i).unwrap();
     let mine: Vec<(usize, f64)> = data
@@ -92,7 +95,10 @@ async fn predictions_are_served_under_the_recommendation_scopes(url: &str) {
     assert_eq!(st, 200, "{prof}");
     assert_eq!(prof["source"], "own-ratings");
     assert_eq!(prof["factors"].as_array().unwrap().len(), 2);
-    assert_eq!(app.get("/v1/models/current/users/user002", &own).await.0, 403);
+    assert_eq!(
+        app.get("/v1/models/current/users/user002", &own).await.0,
+        403
+    );
 
     // Top-N by predicted rating: personal, best first.
     let rec = app.recommendations("user001", "n=5").await;
@@ -127,7 +133,12 @@ async fn user_side_serving_charges_nothing(url: &str) {
 
     for u in users {
         assert_eq!(predictions(&app, u, "a1,b2", READER).await.0, 200);
-        assert_eq!(app.get(&format!("/v1/models/current/users/{u}"), READER).await.0, 200);
+        assert_eq!(
+            app.get(&format!("/v1/models/current/users/{u}"), READER)
+                .await
+                .0,
+            200
+        );
         app.recommendations(u, "n=3").await;
     }
     let (_, cold) = predictions(&app, "user000", "a3", READER).await;
@@ -149,7 +160,10 @@ async fn user_side_serving_charges_nothing(url: &str) {
         }
     }
     let again = app.store.latest_model().await.unwrap().unwrap();
-    assert_eq!(again.release.id, release.release.id, "serving made no release");
+    assert_eq!(
+        again.release.id, release.release.id,
+        "serving made no release"
+    );
     app.stop().await;
 }
 both_backends!(user_side_serving_charges_nothing);
