@@ -11,10 +11,10 @@
 
 use crate::common;
 
-use dprec::accountant::{compose_events, default_orders, PrivacyEvent};
+use dprec::accountant::PrivacyEvent;
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::train::charges::{Neighbour, PrivacyUnit};
-use dprec::train::gaussian_mf::{calibrate_noise_multiplier, UserOffsets};
+use dprec::train::gaussian_mf::UserOffsets;
 use dprec::train::ssp::{
     feature_row, noisy_statistics, packed_len, solve_statistics, ssp_user_step,
     sufficient_statistics, SspConfig,
