@@ -53,7 +53,8 @@ fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
 pub struct DpAlt {
     /// The user's lifetime plan the per-release noise is calibrated from.
     pub plan: ReleasePlan,
-    /// Multiplies the plan's noise multiplier (>= 1; set by [`Trainer::scaled`]).
+    /// Multiplies the plan's noise multiplier (>= 1; the service's lifetime factor by
+    /// default, set by [`Trainer::scaled`] in the service).
     pub noise_factor: f64,
     /// Latent dimension (0: biases only).
     pub d: usize,
@@ -86,7 +87,7 @@ impl Default for DpAlt {
     /// share a rating with the default eps_ij may spend on its first release.
     fn default() -> Self {
         let b = crate::config::BudgetSettings::default();
-        Self {
+        let mut t = Self {
             plan: ReleasePlan {
                 eps_u: b.default_user_eps,
                 delta_u: b.default_user_delta,
@@ -109,7 +110,19 @@ impl Default for DpAlt {
                 0.0,
                 b.min_release_eps,
             ),
+        };
+        // The service's lifetime factor (its Renyi filter admits the plan's `releases`
+        // only at this much more noise; 1 when the plan's multiplier already fits).
+        if let Ok(plan) = crate::accountant::LifetimePlan::new(
+            b.planned_releases,
+            b.default_user_eps,
+            b.default_user_delta,
+        ) {
+            if let Ok(c) = super::units::calibrate_release(&t, &plan, 1, 0.0) {
+                t.noise_factor = c.factor;
+            }
         }
+        t
     }
 }
 
@@ -141,7 +154,7 @@ impl DpAlt {
                 delta_u: p.positive("delta", d.plan.delta_u)?,
                 releases: p.usize_in("releases", d.plan.releases as usize, 1, 1_000_000)? as u64,
             },
-            noise_factor: p.positive("noise_factor", 1.0)?,
+            noise_factor: p.positive("noise_factor", d.noise_factor)?,
             d: p.usize_in("d", d.d, 0, 64)?,
             rounds: p.usize_in("rounds", d.rounds, 1, 20)?,
             cap: p.positive("cap", d.cap)?,
