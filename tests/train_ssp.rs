@@ -11,10 +11,10 @@
 
 use crate::common;
 
-use dprec::accountant::{compose_events, default_orders, PrivacyEvent};
+use dprec::accountant::PrivacyEvent;
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::train::charges::{Neighbour, PrivacyUnit};
-use dprec::train::gaussian_mf::{calibrate_noise_multiplier, UserOffsets};
+use dprec::train::gaussian_mf::UserOffsets;
 use dprec::train::ssp::{
     feature_row, noisy_statistics, packed_len, solve_statistics, ssp_user_step,
     sufficient_statistics, SspConfig,
@@ -205,11 +205,9 @@ fn statistics_sensitivity_is_sqrt_one_plus_cy_squared() {
 }
 
 /// Exactly one Gaussian { z, 1 } per eligible user with ratings; ineligible users zero
-/// and uncharged; eligible users without ratings noisy and uncharged. `dp-alt` plans
-/// exactly what a fit charges (both solvers), and `user_eps` calibrates z over all the
-/// Gaussian releases of a fit.
+/// and uncharged; eligible users without ratings noisy and uncharged.
 #[test]
-fn charges_follow_the_rule_and_dp_alt_plans_what_it_charges() {
+fn charges_follow_the_rule() {
     let mut r = Ratings::with_dims(6, 3);
     for (u, i, v) in [
         (0, 0, 4.0),
@@ -259,85 +257,6 @@ fn charges_follow_the_rule_and_dp_alt_plans_what_it_charges() {
     }
     assert!(out.user_factors.row(1).iter().any(|&x| x != 0.0) && bias[1] != 0.0);
 
-    // dp-alt: per user, the Gaussian events of a fit compose to exactly the planned
-    // event (SSP: rounds + 1 releases; GD: (rounds + 1) J steps).
-    let (train, _) = common::low_rank(60, 30, 2, 0.4, 7);
-    let tm = Interactions::new(&train);
-    let data = TrainData::new(&train, &tm, RatingScale::ONE_TO_FIVE);
-    let orders = default_orders();
-    for (params, count) in [
-        // eps = 100 per rating: every rating pays for the user steps at delta_r.
-        (
-            vec!["user_solver=ssp", "rounds=2", "user_sigma=1.7", "eps=100"],
-            3u64,
-        ),
-        (
-            vec!["user_solver=ssp", "rounds=1", "user_sigma=1.7", "eps=100"],
-            2,
-        ),
-        (
-            vec![
-                "user_solver=gd",
-                "eps=100",
-                "rounds=2",
-                "user_sigma=1.7",
-                "user_steps=4",
-            ],
-            12,
-        ),
-    ] {
-        let t = build("dp-alt", &Params::parse(&params).unwrap()).unwrap();
-        let planned = t.planned_user_event().unwrap();
-        assert_eq!(planned, PrivacyEvent::gaussian(1.7, count).unwrap());
-        let fit = t.fit(&data, &mut dprec::rng::seeded(5)).unwrap();
-        let per_user = fit.charges.user_events();
-        assert_eq!(per_user.len(), 60, "{params:?}");
-        let plan_curve = compose_events(std::slice::from_ref(&planned), &orders).unwrap();
-        for (u, events) in &per_user {
-            let gaussian: Vec<PrivacyEvent> = events
-                .iter()
-                .filter(|e| matches!(e, PrivacyEvent::Gaussian { .. }))
-                .cloned()
-                .collect();
-            let n_rounds: u64 = if params[0].ends_with("ssp") { count } else { 3 };
-            assert_eq!(gaussian.len() as u64, n_rounds, "{params:?} user {u}");
-            let curve = compose_events(&gaussian, &orders).unwrap();
-            assert_eq!(curve, plan_curve, "{params:?} user {u}");
-        }
-    }
-    // The default dp-alt runs SSP (z = 1.5, rounds = 1: two releases per user).
-    let t = build("dp-alt", &Params::new()).unwrap();
-    assert_eq!(t.params()["user_solver"], "ssp");
-    assert_eq!(
-        t.planned_user_event(),
-        Some(PrivacyEvent::gaussian(1.5, 2).unwrap())
-    );
-    // user_eps calibrates z over all rounds + 1 SSP releases.
-    let t = build(
-        "dp-alt",
-        &Params::parse(&["user_solver=ssp", "rounds=2", "user_eps=3"]).unwrap(),
-    )
-    .unwrap();
-    let z = calibrate_noise_multiplier(3.0, 1e-5, 3).unwrap();
-    assert_eq!(
-        t.planned_user_event(),
-        Some(PrivacyEvent::gaussian(z, 3).unwrap())
-    );
-    // Parameter errors name the parameter; a GD-only parameter is unknown for SSP.
-    for (args, key) in [
-        (vec!["user_solver=newton"], "user_solver"),
-        (vec!["user_solver=ssp", "clip_y=0"], "clip_y"),
-        (vec!["user_solver=ssp", "user_bias=1"], "user_bias"),
-        (vec!["user_solver=ssp", "lambda_u=-1"], "lambda_u"),
-        (vec!["user_solver=ssp", "user_lr=0.1"], "user_lr"),
-        (vec!["user_solver=gd", "clip_y=1"], "clip_y"),
-    ] {
-        let e = build("dp-alt", &Params::parse(&args).unwrap())
-            .err()
-            .unwrap_or_else(|| panic!("{args:?} accepted"))
-            .to_string();
-        assert!(e.contains(key), "{args:?}: {e}");
-    }
     for (bad, key) in [
         (cfg(0.0, 1.0, 1.0, 0.5), "user_sigma"),
         (cfg(1.0, f64::NAN, 1.0, 0.5), "clip_y"),
@@ -407,11 +326,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
         assert_eq!(a.user_bias.as_ref().unwrap()[u], 0.5 * theta[3]);
     }
     let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
-    let t = build(
-        "dp-alt",
-        &Params::parse(&["user_solver=ssp", "rounds=2", "d=3"]).unwrap(),
-    )
-    .unwrap();
+    let t = build("dp-alt", &Params::parse(&["rounds=2", "d=3"]).unwrap()).unwrap();
     let fit = |threads| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

@@ -272,6 +272,12 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
          user's token)",
     ),
     (
+        "/v1/users/{user}/predictions",
+        "get",
+        "that user's `user` token, reader, writer, admin (403 for a public key or another \
+         user's token)",
+    ),
+    (
         "/v1/items",
         "get",
         "any key: public, user, reader, writer, admin",

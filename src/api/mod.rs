@@ -7,6 +7,7 @@ pub mod health;
 pub mod items;
 pub mod models;
 pub mod openapi;
+pub mod predict;
 pub mod private_gd;
 pub mod problem;
 pub mod ratings;
@@ -176,6 +177,7 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/users/{user}/settings", "GET, HEAD, PUT"),
     ("/v1/users/{user}/budget", "GET, HEAD"),
     ("/v1/users/{user}/recommendations", "GET, HEAD"),
+    ("/v1/users/{user}/predictions", "GET, HEAD"),
     ("/v1/items", "GET, HEAD"),
     ("/v1/items/{item}/similar", "GET, HEAD"),
     ("/v1/models", "GET, HEAD"),
@@ -237,6 +239,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .service(
                     web::resource("/users/{user}/recommendations")
                         .route(get().to(recommend::recommendations)),
+                )
+                .service(
+                    web::resource("/users/{user}/predictions")
+                        .route(get().to(predict::predictions)),
                 )
                 .service(web::resource("/items").route(get().to(items::list)))
                 .service(web::resource("/items/{item}/similar").route(get().to(recommend::similar)))

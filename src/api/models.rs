@@ -219,10 +219,16 @@ pub struct UserProfile {
     pub guarantee: Guarantee,
     pub bias: f64,
     pub factors: Vec<f64>,
+    /// `release`: the profile published with the release; `own-ratings`: solved now from
+    /// the release's DP item side and the user's own current ratings (a joint-DP rating
+    /// predictor: never stored or released, readable by the user's own key).
+    pub source: String,
 }
 
-/// Download one user's published DP profile. A deleted user has none (404), from the
-/// moment of deletion.
+/// Download one user's DP profile: the published one, or, for a joint-DP rating
+/// predictor, the one solved from the published item side and the user's own current
+/// ratings (computed, not stored). A deleted user has none (404), from the moment of
+/// deletion.
 #[utoipa::path(get, path = "/v1/models/current/users/{user}", tag = "models",
     params(("user" = String, Path)),
     responses((status = 200, body = UserProfile),
@@ -239,22 +245,37 @@ pub async fn user_profile(
         .registry
         .current()
         .ok_or_else(|| ApiError::not_found("no model has been published yet"))?;
+    let none = || {
+        ApiError::not_found(format!(
+            "user {:?} has no profile in release {}",
+            user.as_str(),
+            p.release_id
+        ))
+    };
     // The served release predates a deletion: the deleted user's profile is gone at once.
     let deleted = state
         .store
         .user(user.as_str())
         .await?
         .is_some_and(|u| u.deleted);
+    if deleted {
+        return Err(none());
+    }
+    let facts = super::recommend::user_facts(&state, user.as_str()).await?;
+    if let Some(solved) = p.solved_profile(&facts) {
+        return Ok(HttpResponse::Ok().json(UserProfile {
+            user: user.as_str().to_owned(),
+            model_version: p.release_id,
+            guarantee: p.guarantee,
+            bias: solved.bias,
+            factors: solved.factors.clone(),
+            source: "own-ratings".into(),
+        }));
+    }
     let u = p
         .user_index(user.as_str())
-        .filter(|_| !deleted && p.has_profile(user.as_str()))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "user {:?} has no profile in release {}",
-                user.as_str(),
-                p.release_id
-            ))
-        })?;
+        .filter(|_| p.has_profile(user.as_str()))
+        .ok_or_else(none)?;
     let m = &p.model;
     Ok(HttpResponse::Ok().json(UserProfile {
         user: user.into_string(),
@@ -266,5 +287,6 @@ pub async fn user_profile(
         } else {
             Vec::new()
         },
+        source: "release".into(),
     }))
 }

@@ -7,7 +7,9 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, health, items, models, private_gd, problem, ratings, recommend, users};
+use super::{
+    admin, health, items, models, predict, private_gd, problem, ratings, recommend, users,
+};
 
 struct Security;
 
@@ -173,7 +175,7 @@ impl Modify for StandardErrors {
         ratings::ingest, ratings::delete_rating,
         users::get_settings, users::put_settings, users::delete_user, users::audit,
         items::register, items::list,
-        recommend::recommendations, recommend::similar,
+        recommend::recommendations, recommend::similar, predict::predictions,
         models::list, models::current, models::item_profiles, models::user_profile,
         admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
         private_gd::round, private_gd::report, private_gd::advance,

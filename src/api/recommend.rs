@@ -91,7 +91,7 @@ fn no_model() -> ApiError {
 
 /// The user's deleted flag and rated items, from memory when cached (see
 /// [`crate::serve::facts`]).
-async fn user_facts(
+pub(crate) async fn user_facts(
     state: &AppState,
     user: &str,
 ) -> Result<std::sync::Arc<crate::serve::facts::UserFacts>, ApiError> {

@@ -19,6 +19,10 @@ pub struct UserFacts {
     pub rated: HashSet<String>,
     /// The user's own ratings `(item, value)` (a ranker scores from them).
     pub ratings: Vec<(String, f64)>,
+    /// The user's profile solved from these ratings under a joint-DP release (release id,
+    /// profile): computed once per release and these facts; new ratings make new facts,
+    /// so the solve is refreshed when the user's ratings change.
+    pub solved: std::sync::OnceLock<(i64, Arc<crate::train::joint_als::UserProfile>)>,
 }
 
 impl UserFacts {
@@ -28,6 +32,7 @@ impl UserFacts {
             deleted,
             rated: ratings.iter().map(|(i, _)| i.clone()).collect(),
             ratings,
+            solved: std::sync::OnceLock::new(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `Arc`), top-N recommendations with the DP-popularity fallback, and similar items.
 
 pub mod facts;
+pub mod predict;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -13,6 +13,7 @@ pub mod dp_stats;
 pub mod dp_topn;
 pub mod gaussian_mf;
 pub mod item_ranker;
+pub mod joint_als;
 pub mod linalg;
 pub mod model;
 pub mod nbm;
@@ -198,7 +199,7 @@ const fn proof(doc: &'static str, noise_scale_test: &'static str) -> Option<Proo
 /// Every trainer [`build`] accepts.
 #[rustfmt::skip]
 pub const TRAINERS: &[TrainerEntry] = &[
-    TrainerEntry { name: "dp-alt", about: "production default: DP mean, DP user profiles (Gaussian sufficient statistics, RDP) alternating with DP item profiles (RSM + objective perturbation); proven", build: |p| boxed(dp_alt::DpAlt::from_params(p)), proof: proof("docs/privacy/dp-alt.md", "unrated_item_noise_has_the_per_round_scale") },
+    TrainerEntry { name: "dp-alt", about: "joint-DP rating predictor: DP alternating least squares, the item side a user-level Gaussian release of per-item Gram matrices and right-hand sides with a catalogue-free contribution bound; each user's bias and factors solved from it and the user's own ratings (never released); proven", build: |p| boxed(dp_alt::DpAlt::from_params(p)), proof: proof("docs/privacy/dp-alt.md", "item_step_noise_has_the_planned_scale") },
     TrainerEntry { name: "dp-topn", about: "top-N: DP counts -> DP-popular candidates -> DP Gram of norm-clipped user rows -> PureSVD (or EASE) item model; user-level Gaussian from the release plan + RSM per rating; proven", build: |p| boxed(dp_topn::DpTopN::from_params(p)), proof: proof("docs/privacy/dp-topn.md", "gram_and_count_noise_have_the_planned_scale") },
     TrainerEntry { name: "dp-popularity", about: "most popular by DP counts (dp-topn's count step with the whole budget; reference); proven", build: |p| boxed(references::DpPopularity::from_params(p)), proof: proof("docs/privacy/dp-topn.md", "gram_and_count_noise_have_the_planned_scale") },
     TrainerEntry { name: "popularity", about: "most popular by exact training counts (non-private reference)", build: |p| boxed(references::Popularity::from_params(p)), proof: None },

@@ -7,6 +7,7 @@
 //! rank through the same call.
 
 use crate::train::item_ranker::ItemRanker;
+use crate::train::joint_als::{JointAls, UserProfile};
 use crate::train::nbm::model::NbmModel;
 use crate::train::FactorModel;
 
@@ -53,6 +54,21 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The user's bias and factors solved from the published model and the user's own
+    /// ratings (a joint-DP rating predictor: computed, never stored); `None` for models
+    /// without such a profile.
+    fn solve_profile(&self, own: &[(usize, f64)]) -> Option<UserProfile> {
+        let _ = own;
+        None
+    }
+
+    /// Predicted rating (on the scale) of `item` for a profile from
+    /// [`Ranker::solve_profile`]; `item = None`: an item without published terms.
+    fn predict_with(&self, profile: &UserProfile, item: Option<usize>) -> Option<f64> {
+        let _ = (profile, item);
+        None
+    }
+
     /// The `n` items most similar to `item` by the model's own published item-item
     /// weights, as `(item, score)`, best first; `None` when the model has no such
     /// weights (the service then uses the cosine of the factor model's item profiles).
@@ -91,6 +107,9 @@ pub enum StoredRanker {
     /// A neighbourhood model (`dpsgd-nbm`, `dpps-nbm`, `nbm`): its DP biases and
     /// item-anchor weights, nothing per user ([`NbmModel`]).
     Nbm { model: NbmModel },
+    /// A joint-DP rating predictor (`dp-alt`): the DP item side; each user's profile is
+    /// solved from it and the user's own ratings ([`JointAls`]).
+    JointAls { model: JointAls },
 }
 
 impl StoredRanker {
@@ -99,6 +118,7 @@ impl StoredRanker {
         match self {
             StoredRanker::Item { model } => std::sync::Arc::new(model),
             StoredRanker::Nbm { model } => std::sync::Arc::new(model),
+            StoredRanker::JointAls { model } => std::sync::Arc::new(model),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The SSP user step: DP user profiles by sufficient-statistics perturbation (Sheffet 2017,
 //! "Differentially private ordinary least squares"; Wang 2018, "Revisiting differentially
 //! private linear regression"), an alternative to the gradient-descent step
-//! [`dp_user_step`](super::gaussian_mf::dp_user_step) with the same shape, so `dp-alt` can call either.
+//! [`dp_user_step`](super::gaussian_mf::dp_user_step) with the same shape, so a trainer can call either.
 //!
 //! # Mechanism ([`ssp_user_step`])
 //!
@@ -15,7 +15,7 @@
 //!    `(a theta_lat, b theta_bias)` so that predictions are
 //!    `user_factor . clip(v_j) + user_bias` with `clip(v) = v / max(1, ||v||)`;
 //!    a caller publishing the profiles MUST pair them with the clipped item rows
-//!    ([`crate::train::objpert::clip_rows`]), which `dp-alt` does;
+//!    ([`crate::train::objpert::clip_rows`]), which a caller must do;
 //! 2. targets `y_uj = clamp(r_uj - o_j, -c_y, c_y)` with public offsets `o_j`
 //!    (DP global mean + DP item bias);
 //! 3. statistics `A_u = sum_j x_j x_j^T` (its upper triangle with the diagonal, in row-major
@@ -109,7 +109,7 @@ impl Default for SspConfig {
 
 impl SspConfig {
     /// Checks every field; errors name it (`user_sigma`, `clip_y`, `lambda_u`, `user_bias`,
-    /// `max_norm`: the `dp-alt` parameter names).
+    /// `max_norm`: the parameter names of the earlier `dp-alt`).
     pub fn validate(&self) -> Result<(), TrainError> {
         let z = self.noise_multiplier;
         if !(z.is_finite() && z > 0.0) {

@@ -134,10 +134,14 @@ mod tests {
     }
 
     /// Group privacy: the user-level event of a user with m ratings is m times the
-    /// rating-level pure part and m times the Gaussian sensitivity.
+    /// rating-level pure part and m times the Gaussian sensitivity (a trainer without a
+    /// per-user contribution bound); `dp-alt` bounds each user's contribution, so only
+    /// the popularity part grows with m.
     #[test]
     fn user_level_event_scales_with_the_contribution_bound() {
-        let t = build("dp-alt", &Params::new()).unwrap();
+        let alt = build("dp-alt", &Params::new()).unwrap();
+        assert_eq!(alt.user_level_event(1), alt.user_level_event(1682));
+        let t = build("gaussian-mf", &Params::new()).unwrap();
         let orders = default_orders();
         let one = release_user_event(t.as_ref(), 1, 0.05)
             .unwrap()

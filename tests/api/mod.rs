@@ -20,6 +20,7 @@ mod ledger;
 mod models;
 mod nbm;
 mod operator;
+mod predict;
 mod private_gd;
 mod ratings;
 mod recommend;

@@ -2,7 +2,7 @@
 //! Differential Privacy"): objective perturbation of the item profiles after personalised
 //! RSM sampling.
 //!
-//! - [`step`]: the production DP item step ([`dp_item_step`]), reusable by `dp-alt`.
+//! - [`step`]: the production DP item step ([`dp_item_step`]), reusable by other trainers.
 //! - [`PdpPmf`]: trainers `pdp-pmf` (personalised eps, RSM) and `dp-pmf` (one uniform eps,
 //!   no sampling), both [`Guarantee::Proven`]: U is data-independent (`users=random`) or
 //!   an already published DP model (`users=prior`), eta is drawn once, `Delta = c` for the
@@ -210,7 +210,7 @@ impl PdpPmf {
     /// Defaults tuned for RMSE on MovieLens-100K (5 folds, docs/privacy/pdp-pmf.md):
     /// with data-independent random U the latent coordinates carry no signal and only
     /// add noise, so `d = 0`, `bias = 1` (an item-bias model; personalisation comes from
-    /// `users=prior` or the `dp-alt` alternation); `lambda_v` is raised by the
+    /// `users=prior` or an alternation); `lambda_v` is raised by the
     /// `jacobian_share = 0.2` rule (12.2 at the paper's mean t = 0.39); the free scale
     /// midpoint beats a DP global mean (`mean_share = 0`), because rarely rated items
     /// have low ratings.

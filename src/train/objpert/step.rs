@@ -1,8 +1,7 @@
 //! The DP item step of PDP-PMF in its production form (DESIGN 2.1 + 2.6): personalised
 //! RSM sampling, then a `t`-DP objective perturbation of every item's regression with
 //! the user side fixed. Pure: data in, item profiles and charges out; all randomness
-//! from the `rng` argument. The `dp-alt` trainer calls [`dp_item_step`] alternating with
-//! a DP user step; `pdp-pmf` and `dp-pmf` call it once.
+//! from the `rng` argument. `pdp-pmf` and `dp-pmf` call [`dp_item_step`] once.
 //!
 //! # Mechanism
 //!
