@@ -194,3 +194,54 @@ async fn public_times_are_the_job_start(url: &str) {
     assert!(end - start >= 600);
 }
 both_backends!(public_times_are_the_job_start);
+
+/// What a key-less or public caller reads after one release on `ratings`: the release
+/// list, the current release, key-less /metrics and the probes (times normalised: they
+/// are the job's start, checked by [`public_times_are_the_job_start`]).
+async fn tick_and_view(url: &str, ratings: &[(&str, &str, f64, Option<f64>)]) -> Vec<String> {
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    if !ratings.is_empty() {
+        app.ingest_registered(ratings).await;
+    }
+    let job = release_in_store(&app).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.reason);
+    let mut view = Vec::new();
+    for path in ["/v1/models", "/v1/models/current"] {
+        let (st, mut v) = app.get(path, PUBLIC).await;
+        crate::api::catalogue::without_timestamps(&mut v);
+        view.push(format!("{path} {st} {v}"));
+    }
+    for path in ["/healthz", "/readyz"] {
+        let r = app.send(app.client.get(app.url(path))).await;
+        view.push(format!("{path} {} {}", r.status, r.text));
+    }
+    view.push(metrics_without_clock(&metrics(&app, "").await.text));
+    // Nobody's data was used on the empty store, so nobody is charged.
+    let charged: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM user_charges")
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(charged > 0, !ratings.is_empty(), "user charges: {charged}");
+    app.stop().await;
+    view
+}
+
+/// A release on the empty store and on a store with one rating: both publish (an
+/// empty-data release is a DP release of noise), with the same public answers; before,
+/// the empty store skipped, so whether release 1 existed told the two apart.
+async fn a_release_exists_on_an_empty_store(url: &str) {
+    let other = second_db(url, "a_release_exists_on_an_empty_store").await;
+    let empty = tick_and_view(url, &[]).await;
+    let one = tick_and_view(&other.url, &[("u1", "a0", 4.0, None)]).await;
+    for (a, b) in empty.iter().zip(&one) {
+        assert_eq!(a, b, "a tick on {{}} and on {{r}} differ");
+    }
+    assert!(empty[0].contains("\"id\":1"), "{}", empty[0]);
+    // Job ids count skipped and failed jobs too: a public key sees none.
+    assert!(empty[0].contains("\"job_id\":null"), "{}", empty[0]);
+    assert!(empty[1].contains("\"job_id\":null"), "{}", empty[1]);
+}
+both_backends!(a_release_exists_on_an_empty_store);
