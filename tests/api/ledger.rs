@@ -344,9 +344,15 @@ async fn two_instances_never_overspend(url: &str) {
         }
         assert_ledger_invariants(&a.store).await;
     }
-    // At most one release per round (the lease); past the third the ratings are
-    // exhausted and a release publishes noise, charging nothing.
-    assert!((1..=4).contains(&published), "published {published}");
+    // Past the third charged release the ratings are exhausted: a release then
+    // publishes noise and charges nothing, so at most three releases used ratings.
+    assert!(published >= 1, "published {published}");
+    let used: i64 = sqlx::query("SELECT COUNT(*) FROM releases WHERE n_ratings > 0")
+        .fetch_one(a.store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert!((1..=3).contains(&used), "{used} releases used ratings");
     a.stop().await;
     b.stop().await;
 }
