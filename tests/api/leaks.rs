@@ -245,3 +245,36 @@ async fn a_release_exists_on_an_empty_store(url: &str) {
     assert!(empty[1].contains("\"job_id\":null"), "{}", empty[1]);
 }
 both_backends!(a_release_exists_on_an_empty_store);
+
+/// The scheduler's jobs start at their scheduled ticks: a release that outlasts the
+/// 1 s interval (1.5 s here) does not shift the next job's public time, which would
+/// otherwise publish how long the release took (a function of the data).
+async fn scheduled_times_are_the_ticks(url: &str) {
+    let mut s = topn_settings(url);
+    s.scheduler.enabled = true;
+    s.scheduler.retrain_interval_secs = 1;
+    let hooks = Hooks {
+        before_commit: Some(std::sync::Arc::new(|| {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            Ok(())
+        })),
+        ..Hooks::default()
+    };
+    let app = TestApp::try_spawn(s, None, hooks).await.unwrap();
+    app.register(&catalogue()).await;
+    let mut jobs = Vec::new();
+    for id in 1..=2 {
+        for _ in 0..200 {
+            if app.store.job(id).await.unwrap().is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        jobs.push(wait_in_store(&app, id).await);
+    }
+    app.stop().await;
+    assert_eq!(jobs[0].status, "succeeded", "{:?}", jobs[0]);
+    let gap = jobs[1].created_at - jobs[0].created_at;
+    assert!((gap - 1000).abs() <= 5, "ticks {gap} ms apart: {jobs:?}");
+}
+both_backends!(scheduled_times_are_the_ticks);
