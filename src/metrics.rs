@@ -82,7 +82,7 @@ impl Metrics {
         .expect("metric");
         let model_published_at = Gauge::new(
             "dprec_model_published_timestamp_seconds",
-            "Unix time the served release was published (age = now - this)",
+            "Unix time the served release's job started (age = now - this)",
         )
         .expect("metric");
         let budget_spent = prometheus::Counter::new(
@@ -177,12 +177,12 @@ mod tests {
         m.http_requests
             .with_label_values(&["GET", "/x", "200"])
             .inc();
-        let public = m.render(false);
-        let full = m.render(true);
         m.http_duration
             .with_label_values(&["GET", "/x"])
             .observe(0.1);
         m.store_errors.inc();
+        let public = m.render(false);
+        let full = m.render(true);
         for name in [
             "dprec_http_requests_total",
             "dprec_http_request_duration_seconds",

@@ -11,8 +11,9 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{AnyKey, UserKey};
+use super::auth::{AnyKey, Grant, UserKey};
 use super::{path_id, ApiError, AppState, Page};
+use crate::config::Role;
 use crate::store::ReleaseRow;
 use crate::train::charges::{Neighbour, PrivacyUnit};
 use crate::train::Guarantee;
@@ -80,8 +81,22 @@ pub struct Release {
     /// Mechanisms with parameters, unit and neighbour relation (one object each).
     pub mechanisms: Vec<MechanismView>,
     pub popularity_eps: f64,
+    /// The job that published the release: for a reader, writer or admin key only (null
+    /// for a public key or a user token: job ids count skipped and failed jobs too).
     pub job_id: Option<i64>,
+    /// When the release's job started (ms since the epoch): a time that does not depend
+    /// on the data.
     pub created_at: i64,
+}
+
+impl Release {
+    /// The release as `grant` may see it: without its job id below reader.
+    fn seen_by(mut self, grant: &Grant) -> Self {
+        if grant.role < Role::Reader {
+            self.job_id = None;
+        }
+        self
+    }
 }
 
 impl TryFrom<ReleaseRow> for Release {
@@ -114,7 +129,7 @@ pub struct ReleaseList {
 #[utoipa::path(get, path = "/v1/models", tag = "models", operation_id = "list_models", params(Page),
     responses((status = 200, body = ReleaseList)), security(("api_key" = [])))]
 pub async fn list(
-    _auth: AnyKey,
+    auth: AnyKey,
     state: web::Data<AppState>,
     page: web::Query<Page>,
 ) -> Result<HttpResponse, ApiError> {
@@ -125,7 +140,7 @@ pub async fn list(
         offset,
         releases: releases
             .into_iter()
-            .map(Release::try_from)
+            .map(|r| Release::try_from(r).map(|r| r.seen_by(&auth.0)))
             .collect::<Result<_, _>>()?,
     }))
 }
@@ -142,7 +157,7 @@ pub struct CurrentModel {
     responses((status = 200, body = CurrentModel),
         (status = 404, description = "Nothing published yet", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
-pub async fn current(_auth: AnyKey, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn current(auth: AnyKey, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let p = state
         .registry
         .current()
@@ -154,7 +169,7 @@ pub async fn current(_auth: AnyKey, state: web::Data<AppState>) -> Result<HttpRe
         .ok_or_else(|| ApiError::internal("served release missing from the store"))?;
     Ok(HttpResponse::Ok().json(CurrentModel {
         age_seconds: (crate::store::now_ms() - r.created_at) as f64 / 1000.0,
-        release: r.try_into()?,
+        release: Release::try_from(r)?.seen_by(&auth.0),
     }))
 }
 

@@ -47,12 +47,17 @@ impl Retrainer {
         let every = Duration::from_secs(self.settings.scheduler.retrain_interval_secs);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
-            tick.tick().await;
+            // The scheduled instant, not when the tick fired: a release that outlasts the
+            // interval makes the next tick fire late (by a time that grows with the
+            // data), and the job's start is the release's public time.
+            let at = tick.tick().await;
+            let late = tokio::time::Instant::now().saturating_duration_since(at);
+            let started = now_ms() - late.as_millis() as i64;
             let me = self.clone();
             // On the release lane, like a triggered job; waited for, so ticks never overlap.
             if self
                 .lane
-                .run(async move { me.scheduled_tick().await })
+                .run(async move { me.scheduled_tick(started).await })
                 .await
                 .is_err()
             {
@@ -61,10 +66,9 @@ impl Retrainer {
         }
     }
 
-    /// One tick of the scheduler: a scheduled release (never forced past the
-    /// operator-safety rule).
-    async fn scheduled_tick(&self) {
-        let started = now_ms();
+    /// One tick of the scheduler, scheduled at `started` (ms): a scheduled release (never
+    /// forced past the operator-safety rule).
+    async fn scheduled_tick(&self, started: i64) {
         match self.store.create_job_at("scheduled", started).await {
             Ok(id) => {
                 self.run_job(id, started, false).await;

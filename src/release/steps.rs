@@ -71,7 +71,8 @@ pub fn calibrate(
 
 /// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
 /// lifetime plan, then plan the admission from the snapshot's budgets (pure; see
-/// [`crate::ledger::plan`]).
+/// [`crate::ledger::plan`]). A proven release with nothing admitted still runs (noise
+/// only, nobody charged); only a non-private one is skipped.
 pub fn admit(
     cfg: &ReleaseConfig,
     trainer: &Arc<dyn Trainer>,
@@ -103,7 +104,10 @@ pub fn admit(
         check_user_filter: private,
     };
     let plan = plan(&params, &snap.budgets(), &snap.users);
-    if plan.admitted.is_empty() {
+    // A proven release runs even when nothing is admitted: on an empty store it is a DP
+    // release of noise that charges nobody. Skipping it would publish whether anything
+    // was admitted (D = {} and D = {r} would differ in whether the release exists).
+    if plan.admitted.is_empty() && !private {
         return Err(ReleaseError::NothingAdmitted {
             ratings: snap.ratings.len(),
             exhausted: plan.ratings_exhausted,

@@ -644,10 +644,10 @@ impl DpTopN {
         rng: &mut DpRng,
         with_gram: bool,
     ) -> Result<GramRelease, TrainError> {
+        // No ratings is a valid input: the release is noise (counts, candidates and
+        // Gram of nothing), charges nobody, and runs like any other, so that whether a
+        // release exists does not tell an empty store from one with a rating.
         let n = data.ratings.len();
-        if n == 0 {
-            return Err(TrainError::EmptyData);
-        }
         let budgets: Vec<f64> = match (data.budgets, self.eps_r) {
             (Some(b), _) => {
                 if b.len() != n {

@@ -194,3 +194,87 @@ async fn public_times_are_the_job_start(url: &str) {
     assert!(end - start >= 600);
 }
 both_backends!(public_times_are_the_job_start);
+
+/// What a key-less or public caller reads after one release on `ratings`: the release
+/// list, the current release, key-less /metrics and the probes (times normalised: they
+/// are the job's start, checked by [`public_times_are_the_job_start`]).
+async fn tick_and_view(url: &str, ratings: &[(&str, &str, f64, Option<f64>)]) -> Vec<String> {
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    app.register(&catalogue()).await;
+    if !ratings.is_empty() {
+        app.ingest_registered(ratings).await;
+    }
+    let job = release_in_store(&app).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.reason);
+    let mut view = Vec::new();
+    for path in ["/v1/models", "/v1/models/current"] {
+        let (st, mut v) = app.get(path, PUBLIC).await;
+        crate::api::catalogue::without_timestamps(&mut v);
+        view.push(format!("{path} {st} {v}"));
+    }
+    for path in ["/healthz", "/readyz"] {
+        let r = app.send(app.client.get(app.url(path))).await;
+        view.push(format!("{path} {} {}", r.status, r.text));
+    }
+    view.push(metrics_without_clock(&metrics(&app, "").await.text));
+    // Nobody's data was used on the empty store, so nobody is charged.
+    let charged: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM user_charges")
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(charged > 0, !ratings.is_empty(), "user charges: {charged}");
+    app.stop().await;
+    view
+}
+
+/// A release on the empty store and on a store with one rating: both publish (an
+/// empty-data release is a DP release of noise), with the same public answers; before,
+/// the empty store skipped, so whether release 1 existed told the two apart.
+async fn a_release_exists_on_an_empty_store(url: &str) {
+    let other = second_db(url, "a_release_exists_on_an_empty_store").await;
+    let empty = tick_and_view(url, &[]).await;
+    let one = tick_and_view(&other.url, &[("u1", "a0", 4.0, None)]).await;
+    for (a, b) in empty.iter().zip(&one) {
+        assert_eq!(a, b, "a tick on {{}} and on {{r}} differ");
+    }
+    assert!(empty[0].contains("\"id\":1"), "{}", empty[0]);
+    // Job ids count skipped and failed jobs too: a public key sees none.
+    assert!(empty[0].contains("\"job_id\":null"), "{}", empty[0]);
+    assert!(empty[1].contains("\"job_id\":null"), "{}", empty[1]);
+}
+both_backends!(a_release_exists_on_an_empty_store);
+
+/// The scheduler's jobs start at their scheduled ticks: a release that outlasts the
+/// 1 s interval (1.5 s here) does not shift the next job's public time, which would
+/// otherwise publish how long the release took (a function of the data).
+async fn scheduled_times_are_the_ticks(url: &str) {
+    let mut s = topn_settings(url);
+    s.scheduler.enabled = true;
+    s.scheduler.retrain_interval_secs = 1;
+    let hooks = Hooks {
+        before_commit: Some(std::sync::Arc::new(|| {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            Ok(())
+        })),
+        ..Hooks::default()
+    };
+    let app = TestApp::try_spawn(s, None, hooks).await.unwrap();
+    app.register(&catalogue()).await;
+    let mut jobs = Vec::new();
+    for id in 1..=2 {
+        for _ in 0..200 {
+            if app.store.job(id).await.unwrap().is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        jobs.push(wait_in_store(&app, id).await);
+    }
+    app.stop().await;
+    assert_eq!(jobs[0].status, "succeeded", "{:?}", jobs[0]);
+    let gap = jobs[1].created_at - jobs[0].created_at;
+    assert!((gap - 1000).abs() <= 5, "ticks {gap} ms apart: {jobs:?}");
+}
+both_backends!(scheduled_times_are_the_ticks);

@@ -138,14 +138,16 @@ async fn small_input_is_refused_unless_forced(url: &str) {
     assert_eq!(split, vec![(1.5, POPULARITY_EPS); 3]);
 
     // Retrying without force is refused again, and charged again (spent 5.0: every
-    // rating exhausted, so even a forced retrain now has nothing to admit).
+    // rating exhausted, so a forced retrain now admits nothing: it publishes noise and
+    // charges nothing).
     // (A JSON `null` body, which the spec allows, is the default too.)
     let again = post_retrain(&app, Some(serde_json::Value::Null)).await;
     assert_eq!(again.status, "refused", "{again:?}");
     assert_eq!(keep_spent(&app).await, vec![RATING_EPS; 3]);
     let forced = post_retrain(&app, Some(serde_json::json!({"force": true}))).await;
-    assert_eq!(forced.status, "skipped", "{forced:?}");
-    assert_eq!(served_total(&app).0, good_id);
+    assert_eq!(forced.status, "succeeded", "{forced:?}");
+    assert_eq!(served_total(&app).0, forced.release_id.unwrap());
+    assert_eq!(keep_spent(&app).await, vec![RATING_EPS; 3]);
     app.stop().await;
 }
 both_backends!(small_input_is_refused_unless_forced);
