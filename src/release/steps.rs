@@ -71,8 +71,9 @@ pub fn calibrate(
 
 /// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
 /// lifetime plan, then plan the admission from the snapshot's budgets (pure; see
-/// [`crate::ledger::plan`]). A proven release with nothing admitted still runs (noise
-/// only, nobody charged); only a non-private one is skipped.
+/// [`crate::ledger::plan`]). A proven release with no rating admitted still runs (noise
+/// only: no rating is charged; registered users with a live budget are charged its
+/// user-level event, as on every release); only a non-private one is skipped.
 pub fn admit(
     cfg: &ReleaseConfig,
     trainer: &Arc<dyn Trainer>,
@@ -104,9 +105,11 @@ pub fn admit(
         check_user_filter: private,
     };
     let plan = plan(&params, &snap.budgets(), &snap.users);
-    // A proven release runs even when nothing is admitted: on an empty store it is a DP
-    // release of noise that charges nobody. Skipping it would publish whether anything
-    // was admitted (D = {} and D = {r} would differ in whether the release exists).
+    // A proven release runs even when no rating is admitted: it is a DP release of noise
+    // that charges no rating (registered users with a live budget are charged its
+    // user-level event, as on every release: ledger::plan). Skipping it would publish
+    // whether anything was admitted (D = {} and D = {r} would differ in whether the
+    // release exists).
     if plan.admitted.is_empty() && !private {
         return Err(ReleaseError::NothingAdmitted {
             ratings: snap.ratings.len(),

@@ -155,9 +155,10 @@ async fn ingest_grid(app: &TestApp, users: usize, items: usize, eps: f64) {
 }
 
 /// fraction:0.4 of eps: releases spend 0.4, 0.4, then the remaining 0.2; the fourth
-/// finds nothing left: it publishes noise and charges nothing (a skip would tell an
-/// exhausted store from one with a rating left). Spend never exceeds eps_ij; the audit
-/// shows it.
+/// finds no rating left: it publishes noise and charges no rating (a skip would tell an
+/// exhausted store from one with a rating left), while the user is charged its
+/// user-level event as on every release (no rating decides whether a user is charged).
+/// Spend never exceeds eps_ij; the audit shows it.
 async fn spend_never_exceeds_eps(url: &str) {
     let (t, _) = FakeDp::gaussian(50.0);
     let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
@@ -179,7 +180,7 @@ async fn spend_never_exceeds_eps(url: &str) {
         assert_eq!(e["releases"], 3);
         assert!(e["spent"].as_f64().unwrap() <= e["eps"].as_f64().unwrap());
     }
-    assert_eq!(a["releases"]["total"], 3);
+    assert_eq!(a["releases"]["total"], 4, "user-level events of all four releases");
     assert_ledger_rows_hold_no_values(&app.store).await;
     let rel = &a["releases"]["entries"][0];
     assert!(rel["mechanisms"]
