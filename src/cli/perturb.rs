@@ -129,7 +129,7 @@ pub fn perturb_stream<R: BufRead, W: Write>(
             }
         }
         n += 1;
-        if n % 1000 == 0 {
+        if n.is_multiple_of(1000) {
             on_progress(read, n);
         }
     }

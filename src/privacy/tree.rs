@@ -134,7 +134,7 @@ impl TreeCounter {
             for (o, x) in open.iter_mut().zip(increment) {
                 *o += x;
             }
-            if t % (1u64 << h) == 0 {
+            if t.is_multiple_of(1u64 << h) {
                 for (c, o) in closed.iter_mut().zip(open.iter_mut()) {
                     *c = *o + gaussian(self.sigma, rng)?;
                     *o = 0.0;

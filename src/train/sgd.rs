@@ -115,7 +115,7 @@ impl Layout {
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); blocks];
         for (k, &row) in order.iter().enumerate() {
             let j = k % blocks;
-            let b = if (k / blocks) % 2 == 0 {
+            let b = if (k / blocks).is_multiple_of(2) {
                 j
             } else {
                 blocks - 1 - j

@@ -180,7 +180,10 @@ async fn spend_never_exceeds_eps(url: &str) {
         assert_eq!(e["releases"], 3);
         assert!(e["spent"].as_f64().unwrap() <= e["eps"].as_f64().unwrap());
     }
-    assert_eq!(a["releases"]["total"], 4, "user-level events of all four releases");
+    assert_eq!(
+        a["releases"]["total"], 4,
+        "user-level events of all four releases"
+    );
     assert_ledger_rows_hold_no_values(&app.store).await;
     let rel = &a["releases"]["entries"][0];
     assert!(rel["mechanisms"]
