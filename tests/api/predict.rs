@@ -23,6 +23,26 @@ fn alt_settings(url: &str) -> dprec::config::Settings {
     s
 }
 
+/// A service with `settings`, loaded with the two-taste fixture's training ratings of
+/// `users` users (each at `eps`, or the service default).
+async fn spawn_with_tastes(
+    settings: dprec::config::Settings,
+    users: usize,
+    eps: Option<f64>,
+) -> (TestApp, Tastes) {
+    let data = tastes(0x2545_f491_4f6c_dd1d, users, 10, 6, true, 2.0);
+    let app = TestApp::try_spawn(settings, None, Hooks::default())
+        .await
+        .unwrap();
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
+        .train
+        .iter()
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, eps))
+        .collect();
+    app.ingest(&rows).await;
+    (app, data)
+}
+
 async fn predictions(app: &TestApp, user: &str, items: &str, key: &str) -> (u16, Value) {
     app.get(&format!("/v1/users/{user}/predictions?items={items}"), key)
         .await
@@ -40,16 +60,7 @@ fn ratings(v: &Value) -> Vec<f64> {
 /// Scopes, equality with the stored model's prediction from the user's own ratings (what
 /// eval computes), the solved profile, and top-N by predicted rating.
 async fn predictions_are_served_under_the_recommendation_scopes(url: &str) {
-    let data = tastes(0x2545_f491_4f6c_dd1d, 200, 10, 6, true, 2.0);
-    let app = TestApp::try_spawn(alt_settings(url), None, Hooks::default())
-        .await
-        .unwrap();
-    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
-        .train
-        .iter()
-        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, None))
-        .collect();
-    app.ingest(&rows).await;
+    let (app, data) = spawn_with_tastes(alt_settings(url), 200, None).await;
     assert_eq!(app.retrain().await.status, "succeeded");
 
     let own = app.create_key("user", Some("user001")).await.key;
@@ -113,16 +124,7 @@ both_backends!(predictions_are_served_under_the_recommendation_scopes);
 /// is refreshed), and serving charges nothing: every audited ledger is the same before and
 /// after prediction, profile and list requests.
 async fn user_side_serving_charges_nothing(url: &str) {
-    let data = tastes(0x2545_f491_4f6c_dd1d, 120, 10, 6, true, 2.0);
-    let app = TestApp::try_spawn(alt_settings(url), None, Hooks::default())
-        .await
-        .unwrap();
-    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
-        .train
-        .iter()
-        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, None))
-        .collect();
-    app.ingest(&rows).await;
+    let (app, _) = spawn_with_tastes(alt_settings(url), 120, None).await;
     assert_eq!(app.retrain().await.status, "succeeded");
     let users = ["user000", "user001", "user002"];
     let mut before = Vec::new();
@@ -170,16 +172,7 @@ both_backends!(user_side_serving_charges_nothing);
 
 /// A top-N release (dp-topn) ranks without predicting ratings: 409.
 async fn a_ranking_release_refuses_predictions(url: &str) {
-    let data = tastes(0x2545_f491_4f6c_dd1d, 120, 10, 6, true, 2.0);
-    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
-        .await
-        .unwrap();
-    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
-        .train
-        .iter()
-        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(10.0)))
-        .collect();
-    app.ingest(&rows).await;
+    let (app, _) = spawn_with_tastes(topn_settings(url), 120, Some(10.0)).await;
     assert_eq!(app.retrain().await.status, "succeeded");
     assert_eq!(predictions(&app, "user001", "a1", READER).await.0, 409);
     app.stop().await;
