@@ -176,18 +176,21 @@ pub struct SimilarItems {
     /// item factors, or registered after the release). Never depends on whether anyone
     /// rated the item.
     pub fallback: bool,
-    /// `weights` (a neighbourhood model's DP item-item weights), `profiles` (cosine of
-    /// the DP item profiles) or `popularity` (fallback; scores are DP counts).
+    /// `weights` (a neighbourhood model's DP item-item weights), `gram` (a top-N model's
+    /// candidates: cosine of the rows of the release's DP Gram over its candidates, at
+    /// most 50 items), `profiles` (cosine of the DP item profiles) or `popularity`
+    /// (fallback; scores are DP counts).
     pub source: String,
     /// Best first. With `weights` the score is the published DP weight `s_ij` (how
     /// strongly a rating of the listed item moves the prediction of this item; anchor
-    /// items only, may be negative); with `profiles` the cosine similarity; with
+    /// items only, may be negative); with `gram` and `profiles` the cosine similarity; with
     /// `popularity` the DP popularity count.
     pub items: Vec<ScoredItem>,
 }
 
 /// Items similar to a catalogue item: by a neighbourhood model's DP item-item weights
-/// when one is served, else by cosine similarity of the published DP item profiles, else
+/// when one is served, by cosine of the rows of a top-N model's DP Gram for its
+/// candidates, else by cosine similarity of the published DP item profiles, else
 /// (no DP profile for the item) by DP popularity. 404 only for items outside the public
 /// catalogue, so the answer is no oracle of which items were rated.
 #[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations", operation_id = "similar_items",

@@ -11,7 +11,7 @@ use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
 use crate::store::ModelRow;
-use crate::train::ranker::top_k;
+use crate::train::ranker::{top_k, SimilarBasis};
 use crate::train::{FactorModel, Guarantee, Ranker, StoredRanker};
 
 /// A release's stored model (the `model` column): the factor model and, for trainers
@@ -381,8 +381,9 @@ impl Published {
         out
     }
 
-    /// Items most similar to `item`: by the served ranker's own DP item-item weights
-    /// when it has them ([`Ranker::similar`]: a neighbourhood model's `s_ij`), else by
+    /// Items most similar to `item`: by the served ranker's own DP item-item statistics
+    /// when it has them ([`Ranker::similar`]: a neighbourhood model's `s_ij`, or a top-N
+    /// model's neighbours among its candidates from its DP Gram), else by
     /// cosine similarity of the DP item profiles. An item the model has no DP profile for
     /// (a zero row, a model without factors, or an item registered after the release)
     /// gets the release's DP popularity order instead ([`SimilarSource::Popularity`]):
@@ -393,10 +394,13 @@ impl Published {
         let Some(j) = self.item_index(item) else {
             return self.similar_by_popularity(None, n);
         };
-        if let Some(list) = self.ranker.as_ref().and_then(|r| r.similar(j, n)) {
+        if let Some((basis, list)) = self.ranker.as_ref().and_then(|r| r.similar(j, n)) {
             return Similar {
                 items: list.into_iter().map(|(k, s)| self.scored(k, s)).collect(),
-                source: SimilarSource::Weights,
+                source: match basis {
+                    SimilarBasis::Weights => SimilarSource::Weights,
+                    SimilarBasis::Gram => SimilarSource::Gram,
+                },
             };
         }
         let f = &self.model.item_factors;
@@ -456,6 +460,8 @@ impl Published {
 pub enum SimilarSource {
     /// A neighbourhood model's DP item-item weights.
     Weights,
+    /// Cosine of the rows of a top-N model's DP Gram (its candidates only).
+    Gram,
     /// Cosine similarity of the DP item profiles.
     Profiles,
     /// The release's DP popularity (the model has no DP profile for the item).
@@ -466,6 +472,7 @@ impl SimilarSource {
     pub fn name(self) -> &'static str {
         match self {
             Self::Weights => "weights",
+            Self::Gram => "gram",
             Self::Profiles => "profiles",
             Self::Popularity => "popularity",
         }

@@ -39,7 +39,7 @@ use super::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
 use super::gaussian_mf::calibrate_noise_multiplier;
-use super::item_ranker::{ItemRanker, ItemScorer};
+use super::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use super::sym_eigen::{spd_inverse, top_eigen};
 use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
@@ -743,7 +743,8 @@ impl DpTopN {
             scorer,
             self.pop_weight,
         )
-        .with_fill(rel.noisy_counts.clone()))
+        .with_fill(rel.noisy_counts.clone())
+        .with_neighbours(Neighbours::from_gram(&rel.gram, k, NEIGHBOURS)))
     }
 }
 

@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ranker::SimilarBasis;
 use super::Ranker;
 
 /// How candidate items are scored from the user's row.
@@ -43,6 +44,9 @@ pub struct ItemRanker {
     /// DP count of every catalogue item (the release's counts), or empty (rows stored
     /// before it existed: items outside the candidates are then never listed).
     pub fill: Vec<f64>,
+    /// Similar items among the candidates ([`Neighbours`]); empty for rows stored before
+    /// they existed (the service then uses the item profiles).
+    pub neighbours: Neighbours,
     cand_pos: Vec<u32>,
     pop_max: f64,
 }
@@ -59,6 +63,74 @@ pub struct ItemRankerParts {
     pub pop_weight: f64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fill: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Neighbours::is_empty")]
+    pub neighbours: Neighbours,
+}
+
+/// Up to `per_item` most similar other candidates of every candidate, best first:
+/// row `a` of `items` (candidate positions) and of `scores`, each `per_item` long.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Neighbours {
+    pub per_item: usize,
+    pub items: Vec<u32>,
+    pub scores: Vec<f64>,
+}
+
+/// How many neighbours [`Neighbours::from_gram`] keeps per candidate (public).
+pub const NEIGHBOURS: usize = 50;
+
+impl Neighbours {
+    pub fn is_empty(&self) -> bool {
+        self.per_item == 0
+    }
+
+    /// Cosine similarity of the rows of a (noisy) `k x k` Gram `g`: row `a` is candidate
+    /// `a`'s co-occurrence with every candidate, so two items are close when they are
+    /// rated together with the same items. `cos(a, b) = (G^2)_ab / sqrt((G^2)_aa (G^2)_bb)`.
+    /// A function of the Gram only: applied to the DP Gram it is post-processing. Keeps
+    /// the `min(per_item, k - 1)` best of every row (ties to the smaller position).
+    pub fn from_gram(g: &[f64], k: usize, per_item: usize) -> Self {
+        assert_eq!(g.len(), k * k, "a k x k Gram");
+        let per_item = per_item.min(k.saturating_sub(1));
+        if per_item == 0 {
+            return Self::default();
+        }
+        let norm: Vec<f64> = (0..k)
+            .map(|a| {
+                g[a * k..(a + 1) * k]
+                    .iter()
+                    .map(|x| x * x)
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .collect();
+        let mut items = Vec::with_capacity(k * per_item);
+        let mut scores = Vec::with_capacity(k * per_item);
+        let mut row: Vec<(u32, f64)> = Vec::with_capacity(k);
+        for a in 0..k {
+            let ga = &g[a * k..(a + 1) * k];
+            row.clear();
+            row.extend((0..k).filter(|&b| b != a).map(|b| {
+                let d = norm[a] * norm[b];
+                let dot: f64 = ga
+                    .iter()
+                    .zip(&g[b * k..(b + 1) * k])
+                    .map(|(x, y)| x * y)
+                    .sum();
+                (b as u32, if d > 0.0 { dot / d } else { 0.0 })
+            }));
+            row.sort_by(|p, q| q.1.total_cmp(&p.1).then(p.0.cmp(&q.0)));
+            for &(b, s) in &row[..per_item] {
+                items.push(b);
+                scores.push(s);
+            }
+        }
+        Self {
+            per_item,
+            items,
+            scores,
+        }
+    }
 }
 
 impl From<ItemRanker> for ItemRankerParts {
@@ -70,6 +142,7 @@ impl From<ItemRanker> for ItemRankerParts {
             scorer: r.scorer,
             pop_weight: r.pop_weight,
             fill: r.fill,
+            neighbours: r.neighbours,
         }
     }
 }
@@ -90,6 +163,15 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
         if p.candidates.iter().any(|&j| j as usize >= p.n_items) {
             return Err(format!("item ranker candidate outside 0..{}", p.n_items));
         }
+        let nb = &p.neighbours;
+        if nb.items.len() != k * nb.per_item
+            || nb.scores.len() != nb.items.len()
+            || nb.items.iter().any(|&b| b as usize >= k)
+        {
+            return Err(format!(
+                "item ranker neighbours do not match {k} candidates"
+            ));
+        }
         if !p.fill.is_empty() && p.fill.len() != p.n_items {
             return Err(format!(
                 "item ranker fill does not match {} items",
@@ -103,7 +185,8 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
             p.scorer,
             p.pop_weight,
         )
-        .with_fill(p.fill))
+        .with_fill(p.fill)
+        .with_neighbours(p.neighbours))
     }
 }
 
@@ -138,6 +221,7 @@ impl ItemRanker {
             scorer,
             pop_weight,
             fill: Vec::new(),
+            neighbours: Neighbours::default(),
             cand_pos,
             pop_max: if pop_max > 0.0 { pop_max } else { 1.0 },
         }
@@ -151,6 +235,15 @@ impl ItemRanker {
             "one count per item"
         );
         self.fill = fill;
+        self
+    }
+
+    /// The same model with similar items among its candidates.
+    pub fn with_neighbours(mut self, neighbours: Neighbours) -> Self {
+        let k = self.candidates.len();
+        assert_eq!(neighbours.items.len(), k * neighbours.per_item);
+        assert_eq!(neighbours.scores.len(), neighbours.items.len());
+        self.neighbours = neighbours;
         self
     }
 
@@ -272,6 +365,21 @@ impl Ranker for ItemRanker {
     fn predict(&self, _user: Option<usize>, _own: &[(usize, f64)], _item: usize) -> Option<f64> {
         None
     }
+
+    /// The stored neighbours of a candidate (at most [`Neighbours::per_item`]); `None`
+    /// for items outside the candidates or a model stored without neighbours.
+    fn similar(&self, item: usize, n: usize) -> Option<(SimilarBasis, Vec<(usize, f64)>)> {
+        let nb = &self.neighbours;
+        let a = self.position(item).filter(|_| !nb.is_empty())?;
+        let row = a * nb.per_item..(a + 1) * nb.per_item;
+        let list = nb.items[row.clone()]
+            .iter()
+            .zip(&nb.scores[row])
+            .take(n)
+            .map(|(&b, &s)| (self.candidates[b as usize] as usize, s))
+            .collect();
+        Some((SimilarBasis::Gram, list))
+    }
 }
 
 #[cfg(test)]
@@ -329,6 +437,63 @@ mod tests {
         assert_eq!(back.popularity_counts().unwrap(), vec![9.0, 0.0, 0.0, 7.0]);
         let bad = json.replace("[0.5,-1.0,2.0,0.25]", "[0.5,-1.0,2.0]");
         assert_ne!(bad, json);
+        assert!(serde_json::from_str::<super::super::StoredRanker>(&bad).is_err());
+    }
+
+    /// Neighbours are the cosine of the Gram's rows, best first, the item itself left
+    /// out; the ranker answers them for its candidates (catalogue indices) and nothing
+    /// for other items, and the stored form keeps them.
+    #[test]
+    fn neighbours_are_the_cosine_of_gram_rows() {
+        // Candidates 0 and 1 are rated together, 2 with 1 a little, 3 alone.
+        let g = vec![
+            4.0, 3.0, 0.0, 0.0, //
+            3.0, 4.0, 1.0, 0.0, //
+            0.0, 1.0, 2.0, 0.0, //
+            0.0, 0.0, 0.0, 1.0,
+        ];
+        let nb = Neighbours::from_gram(&g, 4, 2);
+        let cos = |a: usize, b: usize| {
+            let r = |i: usize| &g[i * 4..i * 4 + 4];
+            let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+            dot(r(a), r(b)) / (dot(r(a), r(a)) * dot(r(b), r(b))).sqrt()
+        };
+        // Row 0: 24 / (5 * sqrt 26) with 1, 3 / (5 sqrt 5) with 2, 0 with 3.
+        assert_eq!(nb.per_item, 2);
+        assert_eq!(&nb.items[0..2], &[1, 2]);
+        assert!((nb.scores[0] - 24.0 / (5.0 * 26f64.sqrt())).abs() < 1e-12);
+        assert!((nb.scores[1] - cos(0, 2)).abs() < 1e-12);
+        // Row 2: closer to 1 (8 / sqrt(26 * 5)) than to 0 (3 / (5 sqrt 5)).
+        assert_eq!(&nb.items[4..6], &[1, 0]);
+        assert!((nb.scores[4] - cos(2, 1)).abs() < 1e-12 && nb.scores[4] > nb.scores[5]);
+        // Row 3: orthogonal to all, ties to the smaller position.
+        assert_eq!(
+            (&nb.items[6..8], &nb.scores[6..8]),
+            (&[0, 1][..], &[0.0, 0.0][..])
+        );
+        // Never more than k - 1 neighbours; none for one candidate.
+        assert_eq!(Neighbours::from_gram(&g, 4, 50).per_item, 3);
+        assert!(Neighbours::from_gram(&[1.0], 1, 50).is_empty());
+
+        // Served through the ranker: candidates 7, 5, 6, 1 of 8 items.
+        let r = ItemRanker::new(
+            8,
+            vec![7, 5, 6, 1],
+            vec![1.0; 4],
+            ItemScorer::Popularity,
+            0.0,
+        )
+        .with_neighbours(nb.clone());
+        let (basis, list) = r.similar(6, 1).unwrap();
+        assert_eq!(basis, SimilarBasis::Gram);
+        assert_eq!(list, vec![(5, nb.scores[4])]);
+        assert!(r.similar(0, 3).is_none(), "not a candidate");
+        let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
+        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+            .unwrap()
+            .into_ranker();
+        assert_eq!(back.similar(7, 5), r.similar(7, 5));
+        let bad = json.replace("\"per_item\":2", "\"per_item\":3");
         assert!(serde_json::from_str::<super::super::StoredRanker>(&bad).is_err());
     }
 

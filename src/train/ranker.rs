@@ -70,12 +70,22 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
     }
 
     /// The `n` items most similar to `item` by the model's own published item-item
-    /// weights, as `(item, score)`, best first; `None` when the model has no such
-    /// weights (the service then uses the cosine of the factor model's item profiles).
-    fn similar(&self, item: usize, n: usize) -> Option<Vec<(usize, f64)>> {
+    /// statistics, as `(item, score)`, best first, with what they are; `None` when the
+    /// model has none for `item` (the service then uses the cosine of the factor model's
+    /// item profiles).
+    fn similar(&self, item: usize, n: usize) -> Option<(SimilarBasis, Vec<(usize, f64)>)> {
         let _ = (item, n);
         None
     }
+}
+
+/// What a model's own similar items ([`Ranker::similar`]) are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimilarBasis {
+    /// A neighbourhood model's DP item-item weights.
+    Weights,
+    /// Cosine of the rows of a top-N model's DP Gram over its candidates.
+    Gram,
 }
 
 /// How many of the user's own items [`Ranker::explain`] names per recommended item.

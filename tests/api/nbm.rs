@@ -136,6 +136,7 @@ async fn nbm_release_is_served_with_explanations(url: &str) {
     let want: Vec<(String, f64)> = ranker
         .similar(index("a0"), 4)
         .unwrap()
+        .1
         .into_iter()
         .map(|(k, w)| (items[k].clone(), w))
         .collect();

@@ -26,6 +26,17 @@ async fn ingest_all(app: &TestApp, train: &[(String, String, f64)]) {
     app.ingest(&rows).await;
 }
 
+/// The service's default over 200 taste users, with one release of their ratings.
+async fn released_taste_service(url: &str) -> (Tastes, TestApp) {
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_all(&app, &data.train).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    (data, app)
+}
+
 async fn served_list(app: &TestApp, user: &str, n: usize) -> (Vec<String>, bool) {
     let (st, rec) = app
         .get(&format!("/v1/users/{user}/recommendations?n={n}"), READER)
@@ -121,12 +132,7 @@ both_backends!(served_lists_equal_eval_lists);
 /// A new rating changes that user's next answer without a retrain (the list is computed
 /// from the user's own current ratings), and a restarted service answers the same.
 async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
-    let data = taste_data(200);
-    let app = TestApp::try_spawn(topn_settings(url), None, Hooks::default())
-        .await
-        .unwrap();
-    ingest_all(&app, &data.train).await;
-    assert_eq!(app.retrain().await.status, "succeeded");
+    let (data, app) = released_taste_service(url).await;
     let (cold, fallback) = served_list(&app, "newcomer", 3).await;
     assert!(fallback, "no ratings: DP popularity answers");
     assert_eq!(cold.len(), 3);
@@ -237,3 +243,24 @@ async fn lists_hold_n_items_whatever_the_candidates(url: &str) {
     app.stop().await;
 }
 both_backends!(lists_hold_n_items_whatever_the_candidates);
+
+/// Similar items of a popular item are not ties: with the few dimensions `d=auto` keeps
+/// on a small service, cosine of the item profiles gives 1.0 to most candidates; the
+/// release's DP Gram (post-processing, charges nothing) tells them apart. Items outside
+/// the candidates keep the DP-popularity answer.
+async fn similar_items_of_a_popular_item_are_not_ties(url: &str) {
+    let (_, app) = released_taste_service(url).await;
+    let (pop, _) = served_list(&app, "newcomer", 1).await;
+    let sim = app.similar(&pop[0], 3).await;
+    assert_eq!(sim.source, "gram", "{sim:?}");
+    assert!(!sim.fallback);
+    assert_eq!(sim.items.len(), 3);
+    let scores: Vec<f64> = sim.items.iter().map(|s| s.score).collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] > w[1] + 1e-6) && scores[0] < 0.9999,
+        "no ties and not all 1: {sim:?}"
+    );
+    assert!(sim.items.iter().all(|s| s.item != pop[0]));
+    app.stop().await;
+}
+both_backends!(similar_items_of_a_popular_item_are_not_ties);

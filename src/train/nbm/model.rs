@@ -252,8 +252,13 @@ impl Ranker for NbmModel {
         Some(e.into_iter().map(|c| (c.item, c.contribution)).collect())
     }
 
-    fn similar(&self, item: usize, n: usize) -> Option<Vec<(usize, f64)>> {
-        Some(NbmModel::similar(self, item, n))
+    fn similar(
+        &self,
+        item: usize,
+        n: usize,
+    ) -> Option<(crate::train::ranker::SimilarBasis, Vec<(usize, f64)>)> {
+        let list = NbmModel::similar(self, item, n);
+        Some((crate::train::ranker::SimilarBasis::Weights, list))
     }
 }
 
@@ -328,7 +333,13 @@ mod tests {
         back.score_items(None, &own, &mut b);
         assert_eq!(a, b);
         assert_eq!(back.explain(&own, 2), Ranker::explain(&m, &own, 2));
-        assert_eq!(back.similar(2, 5), Some(vec![(0, 2.0), (1, 1.0)]));
+        assert_eq!(
+            back.similar(2, 5),
+            Some((
+                crate::train::ranker::SimilarBasis::Weights,
+                vec![(0, 2.0), (1, 1.0)]
+            ))
+        );
         assert!(back.popularity_counts().is_none());
         let StoredRanker::Nbm { model: parsed } = serde_json::from_str(&json).unwrap() else {
             panic!("not an nbm ranker");
