@@ -36,17 +36,7 @@ use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Train
 use crate::accountant::PrivacyEvent;
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
-
-fn numerical(e: impl std::fmt::Display) -> TrainError {
-    TrainError::Numerical(e.to_string())
-}
-
-fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Param(super::ParamError::Invalid {
-        key: key.to_owned(),
-        reason: reason.into(),
-    })
-}
+use crate::train::{invalid, numerical};
 
 /// Hyper-parameters of `dp-alt` (all public).
 #[derive(Debug, Clone)]

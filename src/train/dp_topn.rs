@@ -45,17 +45,7 @@ use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Train
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
-
-fn numerical(e: impl std::fmt::Display) -> TrainError {
-    TrainError::Numerical(e.to_string())
-}
-
-fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Param(super::ParamError::Invalid {
-        key: key.to_owned(),
-        reason: reason.into(),
-    })
-}
+use crate::train::{invalid, numerical};
 
 /// A user's lifetime plan: `releases` releases inside `(eps_u, delta_u)`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]

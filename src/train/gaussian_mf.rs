@@ -34,7 +34,6 @@ use rayon::prelude::*;
 use super::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
 };
-use super::params::ParamError;
 use super::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
@@ -42,13 +41,7 @@ use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEve
 use crate::data::{Compressed, Interactions};
 use crate::privacy::gaussian;
 use crate::rng::DpRng;
-
-fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Param(ParamError::Invalid {
-        key: key.to_owned(),
-        reason: reason.into(),
-    })
-}
+use crate::train::invalid;
 
 // ---------------------------------------------------------------------------------------
 // Accounting helpers (all eps values come from the accountant, except the paper's own

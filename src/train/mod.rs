@@ -35,6 +35,19 @@ pub use ranker::{Ranker, StoredRanker};
 use crate::data::{Interactions, RatingScale, Ratings};
 use crate::rng::DpRng;
 
+/// A refused trainer parameter: which key, and why (every trainer's `from_params`).
+pub(crate) fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
+    TrainError::Param(ParamError::Invalid {
+        key: key.to_owned(),
+        reason: reason.into(),
+    })
+}
+
+/// A numerical failure of a solve or a decomposition, with its message.
+pub(crate) fn numerical(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Numerical(e.to_string())
+}
+
 /// The trainer `dprec serve` runs when `trainer.name` is not set.
 pub const SERVED_DEFAULT: &str = "dp-topn";
 

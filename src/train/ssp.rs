@@ -62,19 +62,12 @@ use super::gaussian_mf::{
     check_user_step_inputs, user_rng, user_step_charges, UserOffsets, UserStepOutput,
 };
 use super::linalg::cholesky_solve;
-use super::params::ParamError;
 use super::TrainError;
 use crate::accountant::PrivacyEvent;
 use crate::data::Compressed;
 use crate::privacy::gaussian;
 use crate::rng::DpRng;
-
-fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Param(ParamError::Invalid {
-        key: key.to_owned(),
-        reason: reason.into(),
-    })
-}
+use crate::train::invalid;
 
 /// Hyper-parameters of [`ssp_user_step`]. All public.
 #[derive(Debug, Clone, PartialEq)]

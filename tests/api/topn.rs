@@ -132,7 +132,7 @@ both_backends!(served_lists_equal_eval_lists);
 /// A new rating changes that user's next answer without a retrain (the list is computed
 /// from the user's own current ratings), and a restarted service answers the same.
 async fn own_ratings_answer_without_retrain_and_after_restart(url: &str) {
-    let (data, app) = released_taste_service(url).await;
+    let (_, app) = released_taste_service(url).await;
     let (cold, fallback) = served_list(&app, "newcomer", 3).await;
     assert!(fallback, "no ratings: DP popularity answers");
     assert_eq!(cold.len(), 3);

@@ -39,21 +39,14 @@ use self::model::{NbmModel, NO_ANCHOR};
 use self::sgd::{LoopConfig, LoopStats, Update};
 use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
 use super::gaussian_mf::calibrate_decreasing;
-use super::params::ParamError;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::privacy::sampling::{sample_in, sampling_charge};
 use crate::rng::DpRng;
+use crate::train::invalid;
 
 /// The proof page of both private trainers.
 pub const PROOF_DOC: &str = "docs/privacy/nbm.md";
-
-fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Param(ParamError::Invalid {
-        key: key.to_owned(),
-        reason: reason.into(),
-    })
-}
 
 /// Which trainer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
