@@ -16,11 +16,28 @@ fn parse_version(v: &str) -> Vec<u64> {
     parts
 }
 
-/// The highest `rust_version` any locked package declares, with that package's name.
+/// The host's target triple (`rustc -vV`).
+fn host_triple() -> String {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names the host")
+}
+
+/// The highest `rust_version` any locked package built for this host declares, with that
+/// package's name. Offline and filtered to the host: a fresh machine has downloaded only
+/// the crates its own build needs (not, e.g., Windows-only ones), and the service and its
+/// container are built for Linux.
 fn locked_minimum() -> (Vec<u64>, String) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let host = host_triple();
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
