@@ -9,7 +9,8 @@
 //! Speed: generate the preset, build the sparse views, then time `Trainer::fit` of
 //! `dp-topn` (default plan unless overridden) on all ratings. Quality: a seeded 80/20
 //! split of the ratings (every rating independently), `dp-topn` and `dp-popularity`
-//! fitted on the 80%, ranking metrics (`eval::ranking_metrics`, relevant = held-out
+//! fitted on the 80% (and the non-private `popularity`, plus `ease` up to 2,000 items),
+//! ranking metrics (`eval::ranking_metrics`, relevant = held-out
 //! rating >= 4) on an evenly spaced subset of `--rank-users` test users.
 
 use std::time::Instant;
@@ -50,7 +51,7 @@ fn main() -> anyhow::Result<()> {
             "--param" => params.push(args.next().unwrap_or_default()),
             "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
             other => anyhow::bail!(
-                "unknown argument {other:?} (--preset ml20m|ml100k|ml20m-taste|ml100k-taste, --scale N, --quality, \
+                "unknown argument {other:?} (--preset NAME, --scale N, --quality, \
                  --releases N, --eps X, --param k=v, --rank-users N, --seed N)"
             ),
         }
@@ -124,6 +125,7 @@ fn main() -> anyhow::Result<()> {
         };
         dst.push(all.users[k], all.items[k], all.values[k]);
     }
+    let all_items = all.n_items;
     drop(all);
     let m = Interactions::new(&train_r);
     let cfg_rank = RankingConfig {
@@ -132,7 +134,11 @@ fn main() -> anyhow::Result<()> {
     };
     let mut pop_params: Vec<String> = params
         .iter()
-        .filter(|s| s.starts_with("releases=") || s.starts_with("eps="))
+        .filter(|s| {
+            ["releases=", "eps=", "noise_factor="]
+                .iter()
+                .any(|k| s.starts_with(k))
+        })
         .cloned()
         .collect();
     // dp-popularity defaults to one release at eps 5; give it dp-topn's plan.
@@ -141,7 +147,17 @@ fn main() -> anyhow::Result<()> {
             pop_params.push(format!("{key}={default}"));
         }
     }
-    for (name, tp) in [("dp-topn", params.clone()), ("dp-popularity", pop_params)] {
+    // Non-private references: popularity always, EASE where its dense item-item solve
+    // is affordable.
+    let mut runs = vec![
+        ("dp-topn", params.clone()),
+        ("dp-popularity", pop_params),
+        ("popularity", Vec::new()),
+    ];
+    if all_items <= 2_000 {
+        runs.push(("ease", Vec::new()));
+    }
+    for (name, tp) in runs {
         let t = train::build(name, &Params::parse(&tp)?)?;
         let start = Instant::now();
         let fitted = t.fit(
@@ -149,6 +165,20 @@ fn main() -> anyhow::Result<()> {
             &mut dprec::rng::seeded(seed),
         )?;
         let fit_s = start.elapsed().as_secs_f64();
+        // What the release spent the rest of its budget on, and the trace that decided.
+        if let Some(m) = fitted.charges.mechanisms.first() {
+            if let Some(spent) = m.params.get("spent_on").and_then(|v| v.as_str()) {
+                let tr = &m.params["trace"];
+                match (tr["noisy_trace"].as_f64(), tr["edge"].as_f64()) {
+                    (Some(t), Some(e)) if e > 0.0 => println!(
+                        "{name}: spent on {spent}, count mass / trace {:.2}, trace {t:.0} / edge {e:.1} = {:.1}",
+                        tr["count_mass"].as_f64().unwrap_or(f64::NAN) / t,
+                        t / e
+                    ),
+                    _ => println!("{name}: spent on {spent}"),
+                }
+            }
+        }
         if let Some(dprec::train::StoredRanker::Item { model }) =
             fitted.ranker.as_ref().and_then(|r| r.stored())
         {

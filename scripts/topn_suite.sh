@@ -1,40 +1,70 @@
 #!/usr/bin/env bash
 # The served ranker (dp-topn at the service's calibration) beside dp-popularity at the
-# same plan, NDCG@10 per data shape and seed, and the ratio to DP popularity (mean and
-# minimum over the seeds). Release build first: nice -n 10 cargo build --release
-# --bin dprec --example topn_bench. Usage: scripts/topn_suite.sh [--large]
-# (--large adds the ML-20M-size taste preset, one seed, ~3000 ranked users).
+# same plan, over every data shape of the suite: NDCG@10 per shape (mean over seeds), the
+# ratio to DP popularity (mean and minimum over the seeds), the non-private popularity and
+# EASE (where affordable) for reference, and what the releases spent the rest of their
+# budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
+# Release build first: nice -n 10 cargo build --release --bin dprec --example topn_bench
+# Usage: scripts/topn_suite.sh [--large] [--param key=value ...]
+#   --large    adds the ML-20M-size taste preset (138k users, 20M ratings; three seeds)
+#   --param    passed to dp-topn on every shape (e.g. --param split=gram)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=target/release/dprec
-T=target/release/examples/topn_bench
+B=${DPREC_BIN:-target/release/dprec}
+T=${DPREC_TOPN_BENCH:-target/release/examples/topn_bench}
 ML=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
 NF=1.2053384194761587 # the service's filter factor for its default plan
+large=0
+params=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --large) large=1; shift ;;
+    --param) params+=("$2"); shift 2 ;;
+    *) echo "unknown argument $1 (--large, --param key=value)" >&2; exit 2 ;;
+  esac
+done
+extra=""
+for p in "${params[@]}"; do extra+=",$p"; done
+bench_params=()
+for p in "${params[@]}"; do bench_params+=(--param "$p"); done
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# dprec eval prints the fold mean last; its NDCG@10 column.
 ndcg_eval() { nice -n 10 $B eval --data "$ML" --trainer "$1" --seed "$2" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
-bench() { nice -n 10 $T --preset "$1" --quality --seed "$2" --param noise_factor=$NF --rank-users 3000 2>&1 | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}' | tr '\n' ' '; }
-row() { # shape, then "topn pop" pairs
+row() { # shape, branches, popularity, ease, then "topn pop" pairs
   python3 -c '
 import sys
-shape = sys.argv[1]; v = [float(x) for x in sys.argv[2:]]
+shape, branches, npop, ease = sys.argv[1:5]
+mean = lambda xs: f"{sum(map(float, xs)) / len(xs):.4f}" if xs else "-"
+npop, ease = mean(npop.split()), mean(ease.split())
+v = [float(x) for x in sys.argv[5:]]
 t, p = v[0::2], v[1::2]; r = [a / b for a, b in zip(t, p)]
-print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {sum(r)/len(r):.2f}x | {min(r):.2f}x |")' "$@"
+print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {sum(r)/len(r):.2f}x | {min(r):.2f}x | {npop} | {ease} | {branches} |")' "$@"
 }
-echo "| shape | dp-topn NDCG@10 (mean) | DP popularity (mean) | ratio (mean) | ratio (min) |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| shape | dp-topn NDCG@10 (mean) | DP popularity (mean) | ratio (mean) | ratio (min) | popularity (non-private) | EASE (non-private) | rest spent on |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 v=()
+branches=""
 for s in 1 2 3; do
-  v+=("$(ndcg_eval dp-topn:noise_factor=$NF,eps_r=1.2 $s)" "$(ndcg_eval dp-popularity:releases=52,eps=10,eps_r=1.2 $s)")
+  v+=("$(ndcg_eval "dp-topn:noise_factor=$NF,eps_r=1.2$extra" $s)" "$(ndcg_eval dp-popularity:releases=52,eps=10,eps_r=1.2,noise_factor=$NF $s)")
 done
-row "ML-100K u1..u5 (mean of folds), seeds 1-3" "${v[@]}"
-shapes=(ml100k ml100k-taste heavy-raters)
-[[ "${1:-}" == --large ]] && shapes+=(ml20m-taste)
+row "ML-100K u1..u5 (mean of folds), seeds 1-3" "-" "$(ndcg_eval popularity 1)" "$(ndcg_eval ease 1)" "${v[@]}"
+shapes=(ml100k ml100k-taste heavy-raters light-raters wide-catalogue small-store dense-raters ml1m-taste)
+[[ $large == 1 ]] && shapes+=(ml20m-taste)
 for shape in "${shapes[@]}"; do
   v=()
-  seeds=(42 1 7)
-  [[ $shape == ml20m-taste ]] && seeds=(1)
-  for s in "${seeds[@]}"; do
-    # shellcheck disable=SC2207
-    v+=($(bench "$shape" "$s"))
+  branches=""
+  npop="" ease=""
+  for s in 42 1 7; do
+    nice -n 10 $T --preset "$shape" --quality --seed "$s" --param noise_factor=$NF \
+      "${bench_params[@]}" --rank-users 3000 >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+    get() { grep -E "^$1 " "$log" | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}'; }
+    v+=("$(get dp-topn)" "$(get dp-popularity)")
+    npop+="$(get popularity) "
+    ease+="$(get ease || true) "
+    b=$(grep -o '^dp-topn: spent on [a-z-]*' "$log" | awk '{print $4}' || true)
+    branches+="${b:-gram} "
   done
-  row "$shape, seeds ${seeds[*]}" "${v[@]}"
+  row "$shape, seeds 42 1 7" "${branches% }" "$npop" "$ease" "${v[@]}"
 done

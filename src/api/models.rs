@@ -27,6 +27,9 @@ pub const DATA_COUNT_KEYS: &[&str] = &[
     "n_users",
     "n_items",
     "ratings_exhausted",
+    // A float-noised statistic that only steers the release (dp-topn's adaptive split):
+    // published directly it would leak through its floating-point representation.
+    "noisy_trace",
     "users_excluded",
 ];
 

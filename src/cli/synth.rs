@@ -23,6 +23,16 @@ pub enum Preset {
     /// Few heavy raters over a large catalogue: 610 users, 9,742 items, 100,836 ratings
     /// (165 per user, heavy tail), half stars, taste groups with personal share 0.5.
     HeavyRaters,
+    /// Many light raters: 20,000 users, 8,000 items, 20 ratings per user (at least 5).
+    LightRaters,
+    /// A wide catalogue: 3,000 users, 60,000 items, flat popularity, weak tastes.
+    WideCatalogue,
+    /// A small store: 500 users, 1,600 items, 50 ratings per user, strong tastes.
+    SmallStore,
+    /// Dense raters: 1,500 users, 4,000 items, 250 ratings per user (at least 50).
+    DenseRaters,
+    /// MovieLens-1M sized with taste groups: 6,040 users, 3,706 items, 1,000,209 ratings.
+    Ml1mTaste,
 }
 
 /// Arguments of `dprec synth`.
@@ -75,6 +85,11 @@ impl SynthArgs {
             Preset::Ml100kTaste => SyntheticConfig::movielens_100k_taste(),
             Preset::Ml20mTaste => SyntheticConfig::movielens_20m_taste(),
             Preset::HeavyRaters => SyntheticConfig::heavy_raters(),
+            Preset::LightRaters => SyntheticConfig::light_raters(),
+            Preset::WideCatalogue => SyntheticConfig::wide_catalogue(),
+            Preset::SmallStore => SyntheticConfig::small_store(),
+            Preset::DenseRaters => SyntheticConfig::dense_raters(),
+            Preset::Ml1mTaste => SyntheticConfig::movielens_1m_taste(),
         };
         if let Some(n) = self.ratings {
             cfg = cfg.scaled(n);

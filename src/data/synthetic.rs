@@ -202,13 +202,99 @@ impl SyntheticConfig {
         }
     }
 
+    /// Many light raters: 20,000 users with 20 ratings each on average (at least 5, a
+    /// heavy tail), 8,000 items, 60% of a user's draws from its taste groups.
+    pub fn light_raters() -> Self {
+        Self {
+            n_users: 20_000,
+            n_items: 8_000,
+            n_ratings: 400_000,
+            min_ratings_per_user: 5,
+            user_activity_exponent: 1.5,
+            taste: Taste {
+                personal_share: 0.6,
+                ..Self::TASTE
+            },
+            ..Self::movielens_20m_like()
+        }
+    }
+
+    /// A wide catalogue: 3,000 users, 60,000 items with a flatter popularity curve
+    /// (Zipf 0.8), 50 ratings per user, weak personal structure (30%).
+    pub fn wide_catalogue() -> Self {
+        Self {
+            n_users: 3_000,
+            n_items: 60_000,
+            n_ratings: 150_000,
+            min_ratings_per_user: 10,
+            item_popularity_exponent: 0.8,
+            user_activity_exponent: 2.0,
+            taste: Taste {
+                groups: 50,
+                groups_per_user: 3,
+                personal_share: 0.3,
+            },
+            ..Self::movielens_20m_like()
+        }
+    }
+
+    /// A small store: 500 users, 1,600 items, 50 ratings per user, strong tastes (90%
+    /// of draws from a user's 2 of 10 groups), on the 1..5 scale.
+    pub fn small_store() -> Self {
+        Self {
+            n_users: 500,
+            n_items: 1_600,
+            n_ratings: 25_000,
+            taste: Taste {
+                groups: 10,
+                groups_per_user: 2,
+                personal_share: 0.9,
+            },
+            ..Self::movielens_100k_like()
+        }
+    }
+
+    /// Dense raters: 1,500 users with 250 ratings each on average (at least 50) over
+    /// 4,000 items, 70% of draws from their tastes.
+    pub fn dense_raters() -> Self {
+        Self {
+            n_users: 1_500,
+            n_items: 4_000,
+            n_ratings: 375_000,
+            min_ratings_per_user: 50,
+            user_activity_exponent: 3.0,
+            taste: Taste {
+                personal_share: 0.7,
+                ..Self::TASTE
+            },
+            ..Self::movielens_100k_like()
+        }
+    }
+
+    /// Sized like MovieLens-1M (6,040 users, 3,706 items, 1,000,209 ratings, 165 per
+    /// user) with [`Self::TASTE`]: between the ML-100K and ML-20M sizes.
+    pub fn movielens_1m_taste() -> Self {
+        Self {
+            n_users: 6_040,
+            n_items: 3_706,
+            n_ratings: 1_000_209,
+            taste: Self::TASTE,
+            ..Self::movielens_100k_like()
+        }
+    }
+
     /// Preset names, as the CLI and the examples spell them.
-    pub const PRESETS: [&'static str; 5] = [
+    pub const PRESETS: [&'static str; 10] = [
         "ml100k",
         "ml20m",
         "ml100k-taste",
         "ml20m-taste",
         "heavy-raters",
+        "light-raters",
+        "wide-catalogue",
+        "small-store",
+        "dense-raters",
+        "ml1m-taste",
     ];
 
     /// The preset called `name` (one of [`Self::PRESETS`]).
@@ -219,6 +305,11 @@ impl SyntheticConfig {
             "ml100k-taste" => Some(Self::movielens_100k_taste()),
             "ml20m-taste" => Some(Self::movielens_20m_taste()),
             "heavy-raters" => Some(Self::heavy_raters()),
+            "light-raters" => Some(Self::light_raters()),
+            "wide-catalogue" => Some(Self::wide_catalogue()),
+            "small-store" => Some(Self::small_store()),
+            "dense-raters" => Some(Self::dense_raters()),
+            "ml1m-taste" => Some(Self::movielens_1m_taste()),
             _ => None,
         }
     }

@@ -74,7 +74,7 @@ pub struct DpPopularity {
 
 impl DpPopularity {
     /// Parameters: `eps`, `delta`, `releases` (the plan; default one release at eps 5,
-    /// delta 1e-6), `cap`, `count_clip`, `threshold`, `delta_r`, `eps_r`.
+    /// delta 1e-6), `cap`, `count_clip`, `threshold`, `delta_r`, `eps_r`, `noise_factor`.
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = DpTopN::default();
         let eps_r = match p.get_str("eps_r") {
@@ -88,6 +88,8 @@ impl DpPopularity {
                 releases: p.usize_in("releases", 1, 1, 1_000_000)? as u64,
             },
             count_share: 1.0,
+            // Nothing follows the counts (a counts-only release spends it all).
+            split: dp_topn::Split::Gram,
             contribution: Contribution {
                 cap: p.usize_in("cap", d.contribution.cap, 1, 1 << 24)?,
                 count_clip: p.positive("count_clip", d.contribution.count_clip)?,
@@ -96,9 +98,17 @@ impl DpPopularity {
             threshold: p.non_negative("threshold", 0.0)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
+            // As for dp-topn: `eval` repeats the service's filter factor with it.
+            noise_factor: p.positive("noise_factor", 1.0)?,
             ..d
         };
         p.reject_unknown("dp-popularity")?;
+        if inner.noise_factor < 1.0 {
+            return Err(TrainError::Param(super::ParamError::Invalid {
+                key: "noise_factor".into(),
+                reason: "must be >= 1 (it only adds noise)".into(),
+            }));
+        }
         if !(inner.plan.delta_u < 1.0 && inner.delta_r < 1.0) {
             return Err(TrainError::Param(super::ParamError::Invalid {
                 key: "delta".into(),
@@ -119,6 +129,7 @@ impl Trainer for DpPopularity {
             "eps": t.plan.eps_u, "delta": t.plan.delta_u, "releases": t.plan.releases,
             "cap": t.contribution.cap, "count_clip": t.contribution.count_clip,
             "threshold": t.threshold, "delta_r": t.delta_r, "eps_r": t.eps_r,
+            "noise_factor": t.noise_factor,
         })
     }
     fn guarantee(&self) -> Guarantee {

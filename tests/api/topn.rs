@@ -264,3 +264,49 @@ async fn similar_items_of_a_popular_item_are_not_ties(url: &str) {
     app.stop().await;
 }
 both_backends!(similar_items_of_a_popular_item_are_not_ties);
+
+/// Under the default (adaptive) split a small store's release spends the rest of its
+/// budget on a second count release: the public mechanism record names the branch and
+/// the trace's scale but not the noisy trace (a float-noised value), and the served list
+/// is the DP-count order for everyone (the similar items say `popularity`).
+async fn default_split_on_a_small_store_serves_dp_popularity(url: &str) {
+    let mut settings = topn_settings(url);
+    settings.trainer.params.remove("split");
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(settings, None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_all(&app, &data.train).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let (st, m) = app.get("/v1/models/current", PUBLIC).await;
+    assert_eq!(st, 200, "{m}");
+    let mech = &m["release"]["mechanisms"][0];
+    assert_eq!(mech["name"], "dp-topn-counts+trace+counts", "{m}");
+    assert_eq!(mech["params"]["spent_on"], "counts", "{m}");
+    assert!(
+        mech["params"]["trace"]["edge"].as_f64().unwrap() > 0.0,
+        "{m}"
+    );
+    assert!(mech["params"]["trace"].get("noisy_trace").is_none(), "{m}");
+    let (a, _) = served_list(&app, "newcomer", 10).await;
+    let (b, _) = served_list(&app, "user000", 10).await;
+    // The same order for everyone: the newcomer's list without user000's rated items is
+    // the start of user000's list.
+    let rated: std::collections::HashSet<&str> = data
+        .train
+        .iter()
+        .filter(|(u, _, _)| u == "user000")
+        .map(|(_, i, _)| i.as_str())
+        .collect();
+    let unrated: Vec<&String> = a.iter().filter(|i| !rated.contains(i.as_str())).collect();
+    assert!(!unrated.is_empty());
+    assert_eq!(
+        unrated,
+        b.iter().take(unrated.len()).collect::<Vec<_>>(),
+        "{a:?} {b:?}"
+    );
+    let sim = app.similar(&a[0], 3).await;
+    assert_eq!(sim.source, "popularity", "{sim:?}");
+    app.stop().await;
+}
+both_backends!(default_split_on_a_small_store_serves_dp_popularity);

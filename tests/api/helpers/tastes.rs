@@ -67,6 +67,10 @@ pub fn topn_settings(url: &str) -> Settings {
         ("count_clip".to_string(), "1".to_string()),
         ("k".to_string(), "20".to_string()),
         ("d".to_string(), "2".to_string()),
+        // These services test the Gram path (personal lists, Gram neighbours); at 200
+        // users the default adaptive split would spend the rest on counts
+        // (`default_split_on_a_small_store_serves_dp_popularity`).
+        ("split".to_string(), "gram".to_string()),
     ]);
     s
 }
