@@ -28,14 +28,9 @@ data="$root/../shared/datasets/ml-100k"
 [ -x "$bin" ] || { echo "blackbox: no binary at $bin" >&2; exit 2; }
 [ -f "$data/u.data" ] || { echo "blackbox: no MovieLens-100K at $data" >&2; exit 2; }
 
-scratch=$(mktemp -d)
-server=""
-cleanup() {
-    [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-unset $(env | grep -o '^DPREC_[A-Z_]*' | grep -v '^DPREC_ML100K_DIR$') 2>/dev/null || true
+# shellcheck source=lib/service.sh
+. "$root/scripts/lib/service.sh"
+scratch_setup
 
 # D: the first N ratings with the catalogue; D' adds user "canary" rating item 50.
 mkdir -p "$scratch/D"
@@ -49,12 +44,8 @@ run() {
     mkdir -p "$dir"
     DATABASE_URL="sqlite://$dir/dprec.sqlite" "$bin" serve --bind 127.0.0.1:0 2>"$dir/serve.log" &
     server=$!
-    local port=""
-    for _ in $(seq 300); do
-        port=$(grep -Eo 'listening on port [0-9]+' "$dir/serve.log" | grep -Eo '[0-9]+$' || true)
-        [ -n "$port" ] && break
-        sleep 0.2
-    done
+    local port
+    port=$(wait_for_port "$dir/serve.log")
     [ -n "$port" ] || { echo "blackbox: $name did not start" >&2; cat "$dir/serve.log" >&2; exit 1; }
     local b="http://127.0.0.1:$port"
     local admin

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's five-command tour, run for real: start a fresh service (SQLite in a
+# The README's seven-command tour, run for real: start a fresh service (SQLite in a
 # scratch directory, real keys), import MovieLens-100K, retrain, ask for a user's
 # recommendations with that user's own token, read the user's budget audit, open the docs.
 # Every command is echoed with `$ ` and its output follows, so the transcript in
@@ -32,21 +32,16 @@ bin=$(realpath "$bin" 2>/dev/null || echo "$bin")
 [ -x "$bin" ] || { echo "walkthrough: no binary at $bin (cargo build --release, or --bin)" >&2; exit 2; }
 [ -f "$data/u.data" ] || { echo "walkthrough: no MovieLens-100K at $data" >&2; exit 2; }
 
-scratch=$(mktemp -d)
+# shellcheck source=lib/service.sh
+. "$root/scripts/lib/service.sh"
+scratch_setup
 transcript="$scratch/transcript.txt"
-server=""
-cleanup() {
-    [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
 
 # The tour's commands call `dprec`; this puts the chosen binary first on PATH.
 mkdir -p "$scratch/bin"
 ln -s "$bin" "$scratch/bin/dprec"
 export PATH="$scratch/bin:$PATH"
 export DATABASE_URL="sqlite://$scratch/dprec.sqlite"
-unset $(env | grep -o '^DPREC_[A-Z_]*' | grep -v '^DPREC_ML100K_DIR$') 2>/dev/null || true
 
 # Runs one tour command in this shell (so assignments stay): echoes it, runs it, keeps
 # both in the transcript; its output is left in $out for the checks.
@@ -58,15 +53,11 @@ step() {
 }
 fail() { echo "walkthrough: FAILED: $*" >&2; exit 1; }
 
-# Start-up (not part of the tour's five commands, shown for completeness).
+# Start-up (not part of the tour's seven commands, shown for completeness).
 dprec serve --bind 127.0.0.1:0 2>"$scratch/serve.log" &
 server=$!
-for _ in $(seq 300); do
-    port=$(grep -Eo 'listening on port [0-9]+' "$scratch/serve.log" | grep -Eo '[0-9]+$' || true)
-    [ -n "$port" ] && break
-    sleep 0.2
-done
-[ -n "${port:-}" ] || fail "the service did not start: $(cat "$scratch/serve.log")"
+port=$(wait_for_port "$scratch/serve.log")
+[ -n "$port" ] || fail "the service did not start: $(cat "$scratch/serve.log")"
 export B="http://127.0.0.1:$port"
 ADMIN=$(grep -Eo 'dprec_[0-9a-f]{64}' "$scratch/serve.log" | head -1)
 [ -n "$ADMIN" ] || fail "no admin key printed on the first start"
@@ -101,6 +92,15 @@ echo "$out" | grep -q '"releases_left"' || fail "audit: $out"
 
 step 'curl -s -o /dev/null -w "%{http_code} %{content_type}\n" "$B/docs"'
 echo "$out" | tail -1 | grep -q '^200 text/html' || fail "docs: $out"
+
+step 'curl -s -X POST "$B/v1/users/1/receipt/links" -H "Authorization: Bearer $ADMIN"; echo'
+RECEIPT=$(echo "$out" | grep -Eo '/v1/users/1/receipt\?link=[0-9a-f.]+') || fail "receipt link: $out"
+curl -s -o /dev/null -w '%{http_code} %{content_type}' "$B$RECEIPT" | grep -q '^200 text/html' \
+    || fail "the receipt link does not open the page"
+step 'curl -s -X POST "$B/v1/admin/overview/links" -H "Authorization: Bearer $ADMIN"; echo'
+OVERVIEW=$(echo "$out" | grep -Eo '/v1/admin/overview\?link=[0-9a-f.]+') || fail "overview link: $out"
+curl -s -o /dev/null -w '%{http_code} %{content_type}' "$B$OVERVIEW" | grep -q '^200 text/html' \
+    || fail "the overview link does not open the page"
 
 case "$mode" in
     print) cat "$transcript" ;;

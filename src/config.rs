@@ -26,6 +26,7 @@ pub struct Settings {
     pub ratings: RatingSettings,
     pub scheduler: SchedulerSettings,
     pub retrain: RetrainSettings,
+    pub pages: PageSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -181,6 +182,15 @@ pub struct SchedulerSettings {
     /// Default: the host name and the bind address (two processes cannot bind the same
     /// address), or none when the port is 0 (then a dead lease simply expires).
     pub instance_id: Option<String>,
+}
+
+/// The HTML pages (the receipt and the operator overview).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PageSettings {
+    /// A `dprec eval --out` JSON report whose mean figures the operator overview shows
+    /// (read at each request; none: the overview says it is not configured).
+    pub eval_report: Option<String>,
 }
 
 /// Operator safety of releases (issue 11).
@@ -481,7 +491,7 @@ pub struct EnvOverride {
 }
 
 /// The sections of the configuration file (for `DPREC_<SECTION>__<KEY>`).
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "server",
     "database",
     "auth",
@@ -490,6 +500,7 @@ const SECTIONS: [&str; 8] = [
     "ratings",
     "scheduler",
     "retrain",
+    "pages",
 ];
 
 /// The expected format of values whose type alone does not say it.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::{self, AdminKey};
-use super::{json_body, ApiError, AppState};
+use super::{json_body, optional_json_body, ApiError, AppState};
 use crate::config::Role;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -51,7 +51,8 @@ pub async fn retrain(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = retrain_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body: RetrainRequest =
+        optional_json_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let id = state.retrainer.spawn_job("admin", body.force).await?;
     let job = state
         .store
@@ -61,29 +62,8 @@ pub async fn retrain(
     Ok(HttpResponse::Accepted().json(to_view(job)))
 }
 
-/// The optional body of `POST /v1/admin/retrain`: an empty one (or none) means the
-/// defaults; otherwise a JSON [`RetrainRequest`] or `null` (415 for another content type).
-async fn retrain_body(
-    req: &HttpRequest,
-    payload: web::Payload,
-    limit: usize,
-) -> Result<RetrainRequest, ApiError> {
-    use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-    let len = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_string());
-    let typed = req.headers().contains_key(CONTENT_TYPE);
-    if len.as_deref() == Some("0") || (!typed && len.is_none()) {
-        return Ok(RetrainRequest::default());
-    }
-    // The spec allows a JSON `null` too (an optional body, as generated clients send it).
-    let body: Option<RetrainRequest> = json_body(req, payload, limit).await?;
-    Ok(body.unwrap_or_default())
-}
-
-fn to_view(j: crate::store::JobRow) -> Job {
+/// A stored job as the API shows it.
+pub(crate) fn to_view(j: crate::store::JobRow) -> Job {
     Job {
         id: j.id,
         kind: j.kind,

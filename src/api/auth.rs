@@ -226,6 +226,24 @@ impl Keys {
         Ok(grant)
     }
 
+    /// The SHA-256 of the request's key, if it carries one (the caller checked its role).
+    pub fn presented_hash(req: &HttpRequest) -> Option<String> {
+        Self::presented(req).map(|k| hash_key(&k))
+    }
+
+    /// The SHA-256 digests of the keys (configured and stored) that start with `prefix`
+    /// and whose role is at least `need`: the keys that may have minted a page link
+    /// carrying `prefix` ([`super::pages::links`]). A revoked key is not among them.
+    pub fn hashes_with_prefix(&self, prefix: &str, need: Role) -> Vec<String> {
+        let stored = self.stored.read().unwrap_or_else(|e| e.into_inner());
+        self.configured
+            .iter()
+            .chain(stored.iter())
+            .filter(|(h, g)| h.starts_with(prefix) && g.role >= need)
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
     /// Whether the request carries an admin key (or authentication is disabled); used
     /// where an unauthenticated caller gets a reduced answer instead of an error.
     pub fn is_admin(&self, req: &HttpRequest) -> bool {
@@ -264,6 +282,20 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
         "get",
         "that user's `user` token, reader, writer, admin (403 for a public key or another \
          user's token)",
+    ),
+    (
+        "/v1/users/{user}/receipt",
+        "get",
+        "that user's `user` token, reader, writer, admin as a bearer header; or no header \
+         and `?link=` minted for that user (`POST /v1/users/{user}/receipt/links`). Every \
+         other request, and any request for a user that does not exist, gets the same 403 \
+         (never 401)",
+    ),
+    (
+        "/v1/users/{user}/receipt/links",
+        "post",
+        "reader, writer, admin (the link is signed with the minting key: revoking it \
+         invalidates the link)",
     ),
     (
         "/v1/users/{user}/recommendations",
@@ -314,6 +346,13 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
     ("/v1/admin/keys", "get", "admin"),
     ("/v1/admin/keys", "post", "admin"),
     ("/v1/admin/keys/{id}", "delete", "admin"),
+    (
+        "/v1/admin/overview",
+        "get",
+        "admin as a bearer header, or no header and `?link=` minted by an admin key \
+         (`POST /v1/admin/overview/links`); every other request gets 403 (never 401)",
+    ),
+    ("/v1/admin/overview/links", "post", "admin"),
     (
         "/v1/private-gd/round",
         "get",

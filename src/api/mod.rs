@@ -7,6 +7,7 @@ pub mod health;
 pub mod items;
 pub mod models;
 pub mod openapi;
+pub mod pages;
 pub mod predict;
 pub mod private_gd;
 pub mod problem;
@@ -100,6 +101,27 @@ pub async fn json_body<T: DeserializeOwned>(
     parse_json(&body)
 }
 
+/// An optional JSON body: an empty one (or none) means `T::default()`; otherwise a JSON
+/// `T` or `null` (415 for another content type), read as [`json_body`] reads it.
+pub async fn optional_json_body<T: DeserializeOwned + Default>(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let len = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_string());
+    let typed = req.headers().contains_key(header::CONTENT_TYPE);
+    if len.as_deref() == Some("0") || (!typed && len.is_none()) {
+        return Ok(T::default());
+    }
+    // The spec allows a JSON `null` too (an optional body, as generated clients send it).
+    let body: Option<T> = json_body(req, payload, limit).await?;
+    Ok(body.unwrap_or_default())
+}
+
 /// The `charset` parameter of a Content-Type value, unquoted (`None` when absent).
 fn charset_param(ct: &str) -> Option<String> {
     ct.split(';').skip(1).find_map(|p| {
@@ -176,6 +198,8 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/users/{user}", "DELETE"),
     ("/v1/users/{user}/settings", "GET, HEAD, PUT"),
     ("/v1/users/{user}/budget", "GET, HEAD"),
+    ("/v1/users/{user}/receipt", "GET, HEAD"),
+    ("/v1/users/{user}/receipt/links", "POST"),
     ("/v1/users/{user}/recommendations", "GET, HEAD"),
     ("/v1/users/{user}/predictions", "GET, HEAD"),
     ("/v1/items", "GET, HEAD"),
@@ -189,6 +213,8 @@ pub const ALLOWED_METHODS: &[(&str, &str)] = &[
     ("/v1/admin/jobs/{id}", "GET, HEAD"),
     ("/v1/admin/keys", "GET, HEAD, POST"),
     ("/v1/admin/keys/{id}", "DELETE"),
+    ("/v1/admin/overview", "GET, HEAD"),
+    ("/v1/admin/overview/links", "POST"),
     ("/v1/private-gd/round", "GET, HEAD"),
     ("/v1/private-gd/reports", "POST"),
     ("/v1/admin/private-gd/rounds", "POST"),
@@ -236,6 +262,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         .put(users::put_settings),
                 )
                 .service(web::resource("/users/{user}/budget").route(get().to(users::audit)))
+                .service(web::resource("/users/{user}/receipt").route(get().to(pages::receipt)))
+                .service(web::resource("/users/{user}/receipt/links").post(pages::receipt_link))
                 .service(
                     web::resource("/users/{user}/recommendations")
                         .route(get().to(recommend::recommendations)),
@@ -264,6 +292,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         .post(admin::create_key),
                 )
                 .service(web::resource("/admin/keys/{id}").delete(admin::revoke_key))
+                .service(web::resource("/admin/overview").route(get().to(pages::overview)))
+                .service(web::resource("/admin/overview/links").post(pages::overview_link))
                 .service(web::resource("/private-gd/round").route(get().to(private_gd::round)))
                 .service(web::resource("/private-gd/reports").post(private_gd::report))
                 .service(web::resource("/admin/private-gd/rounds").post(private_gd::advance)),

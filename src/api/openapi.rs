@@ -8,7 +8,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, health, items, models, predict, private_gd, problem, ratings, recommend, users,
+    admin, health, items, models, pages, predict, private_gd, problem, ratings, recommend, users,
 };
 
 struct Security;
@@ -113,7 +113,11 @@ fn add_standard_errors(path: &str, op: &mut Operation) {
 /// makes the schema `oneOf [null, ...]`, which openapi-python-client 0.29.1 turns into a
 /// call that cannot be made without a body (it JSON-encodes its `UNSET` marker): so the
 /// handler declares the plain type and this marks the body optional.
-const OPTIONAL_BODIES: [(&str, &str); 1] = [("/v1/admin/retrain", "post")];
+const OPTIONAL_BODIES: [(&str, &str); 3] = [
+    ("/v1/admin/retrain", "post"),
+    ("/v1/users/{user}/receipt/links", "post"),
+    ("/v1/admin/overview/links", "post"),
+];
 
 struct OptionalBodies;
 
@@ -180,6 +184,7 @@ impl Modify for StandardErrors {
         admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
         private_gd::round, private_gd::report, private_gd::advance,
         health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
+        pages::receipt, pages::receipt_link, pages::overview, pages::overview_link,
     ),
     components(schemas(problem::Problem)),
     modifiers(&Security, &StandardErrors, &OptionalBodies),
@@ -192,6 +197,7 @@ impl Modify for StandardErrors {
         (name = "admin", description = "Retraining and API keys"),
         (name = "private-gd", description = "Private-GD / GD-DR rounds: user-level LDP one-bit gradient reports"),
         (name = "ops", description = "Probes, metrics and documentation"),
+        (name = "pages", description = "HTML pages for a browser: a user's privacy receipt and the operator overview, and the signed links that open them"),
     )
 )]
 pub struct ApiDoc;

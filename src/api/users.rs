@@ -466,13 +466,124 @@ pub async fn audit(
             user.as_str()
         )));
     };
+    let pages = AuditPages {
+        ratings: (limit, offset),
+        order: RatingOrder::default(),
+        releases: (limit, offset),
+    };
+    Ok(HttpResponse::Ok().json(build_audit(&state, u, &pages).await?))
+}
+
+/// A column of the audit's rating list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RatingSort {
+    #[default]
+    Item,
+    Eps,
+    Spent,
+    Remaining,
+    Releases,
+    Status,
+}
+
+impl RatingSort {
+    pub const ALL: [RatingSort; 6] = [
+        Self::Item,
+        Self::Eps,
+        Self::Spent,
+        Self::Remaining,
+        Self::Releases,
+        Self::Status,
+    ];
+
+    /// The query value (`item`, `eps`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Item => "item",
+            Self::Eps => "eps",
+            Self::Spent => "spent",
+            Self::Remaining => "remaining",
+            Self::Releases => "releases",
+            Self::Status => "status",
+        }
+    }
+}
+
+/// The order of the audit's rating list: by item id ascending unless asked otherwise;
+/// ties keep item order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RatingOrder {
+    pub by: RatingSort,
+    pub descending: bool,
+}
+
+/// Which page of each of the audit's lists to show: `(limit, offset)`.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditPages {
+    pub ratings: (i64, i64),
+    pub order: RatingOrder,
+    pub releases: (i64, i64),
+}
+
+/// Sorts rating rows (given in item order) by `order`; ties keep their order.
+pub fn sort_ratings(rows: &mut [RatingBudgetView], order: RatingOrder) {
+    use std::cmp::Ordering;
+    let key = |a: &RatingBudgetView, b: &RatingBudgetView| -> Ordering {
+        match order.by {
+            RatingSort::Item => a.item.cmp(&b.item),
+            RatingSort::Eps => a.eps.total_cmp(&b.eps),
+            RatingSort::Spent => a.spent.total_cmp(&b.spent),
+            RatingSort::Remaining => a.remaining.total_cmp(&b.remaining),
+            RatingSort::Releases => a.releases.cmp(&b.releases),
+            RatingSort::Status => a.status.cmp(&b.status),
+        }
+    };
+    if order.descending {
+        rows.sort_by(|a, b| key(b, a));
+    } else {
+        rows.sort_by(key);
+    }
+}
+
+/// One page of a user's rating slots in `order`: paged by the store in item order, or
+/// all read, sorted and cut here for another order (a user's ratings fit in memory).
+async fn rating_page(
+    state: &AppState,
+    user: &str,
+    (limit, offset): (i64, i64),
+    order: RatingOrder,
+) -> Result<(i64, Vec<RatingBudgetView>), ApiError> {
+    let min = state.settings.budget.min_release_eps;
+    if order == RatingOrder::default() {
+        let (total, rows) = state.store.audit_ratings(user, limit, offset).await?;
+        return Ok((total, rating_views(rows, min)));
+    }
+    let (total, rows) = state.store.audit_ratings(user, i64::MAX, 0).await?;
+    let mut all = rating_views(rows, min);
+    sort_ratings(&mut all, order);
+    let page = all
+        .into_iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .take(usize::try_from(limit).unwrap_or(0))
+        .collect();
+    Ok((total, page))
+}
+
+/// The budget audit of user `u` (the JSON of `GET /v1/users/{user}/budget`, and what
+/// the receipt page shows).
+pub async fn build_audit(
+    state: &AppState,
+    u: crate::store::UserRow,
+    pages: &AuditPages,
+) -> Result<Audit, ApiError> {
     let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let (spent, filter_eps, exhausted, curve) = consumed_summary(&filter, &u.consumed)?;
-    let min = state.settings.budget.min_release_eps;
-    let (total, rows) = state.store.audit_ratings(&u.id, limit, offset).await?;
-    let entries = rating_views(rows, min);
-    let (rtotal, rel) = state.store.audit_releases(&u.id, limit, offset).await?;
+    let (total, entries) = rating_page(state, &u.id, pages.ratings, pages.order).await?;
+    let (limit, offset) = pages.ratings;
+    let (rlimit, roffset) = pages.releases;
+    let (rtotal, rel) = state.store.audit_releases(&u.id, rlimit, roffset).await?;
     // Releases left at the per-release cost of the user's newest release.
     let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
     let releases_left = newest
@@ -495,7 +606,7 @@ pub async fn audit(
         })
         .collect();
     let note = audit_note(&u, exhausted, state.registry.current().as_deref());
-    Ok(HttpResponse::Ok().json(Audit {
+    Ok(Audit {
         user: u.id,
         deleted: u.deleted,
         budget: Budget {
@@ -521,10 +632,10 @@ pub async fn audit(
         },
         releases: Paged {
             total: rtotal,
-            limit,
-            offset,
+            limit: rlimit,
+            offset: roffset,
             entries: releases,
         },
         local_reports,
-    }))
+    })
 }

@@ -112,7 +112,8 @@ pub fn check_role_user(
     }
 }
 
-fn time_utc(ms: i64) -> String {
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn time_utc(ms: i64) -> String {
     // Days since the epoch to a civil date (Howard Hinnant's algorithm).
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));

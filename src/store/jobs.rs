@@ -93,6 +93,18 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
+    /// The newest `limit` jobs, newest first.
+    pub async fn recent_jobs(&self, limit: i64) -> Result<Vec<JobRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, kind, status, reason, release_id, created_at, finished_at \
+             FROM jobs ORDER BY id DESC LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// Takes (or renews) the trainer lease for `holder` until now + `secs`; false when
     /// another holder's lease has not expired.
     pub async fn acquire_lease(&self, holder: &str, secs: u64) -> Result<bool, StoreError> {

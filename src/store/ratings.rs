@@ -268,6 +268,28 @@ impl Store {
 
     // ----- training snapshot --------------------------------------------------------
 
+    /// Every live (not deleted) user's budget and consumed RDP curve.
+    pub async fn user_budgets(&self) -> Result<BTreeMap<String, UserBudget>, StoreError> {
+        let mut users = BTreeMap::new();
+        for r in sqlx::query(
+            "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        {
+            let consumed: String = r.try_get(3)?;
+            users.insert(
+                r.try_get::<String, _>(0)?,
+                UserBudget {
+                    eps: r.try_get(1)?,
+                    delta: r.try_get(2)?,
+                    consumed: parse_curve(&consumed)?,
+                },
+            );
+        }
+        Ok(users)
+    }
+
     /// Live ratings of live users, their budgets, and the item catalogue.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let rows = sqlx::query(
@@ -291,23 +313,7 @@ impl Store {
                 ldp: r.try_get::<String, _>(7)? == "ldp",
             });
         }
-        let mut users = BTreeMap::new();
-        for r in sqlx::query(
-            "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        {
-            let consumed: String = r.try_get(3)?;
-            users.insert(
-                r.try_get::<String, _>(0)?,
-                UserBudget {
-                    eps: r.try_get(1)?,
-                    delta: r.try_get(2)?,
-                    consumed: parse_curve(&consumed)?,
-                },
-            );
-        }
+        let users = self.user_budgets().await?;
         let items = sqlx::query("SELECT id FROM items ORDER BY id")
             .fetch_all(&self.pool)
             .await?

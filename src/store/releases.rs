@@ -79,6 +79,17 @@ impl Store {
         rows.iter().map(release_from_row).collect()
     }
 
+    /// The number of published releases (those [`Store::releases`] lists).
+    pub async fn release_count(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query(
+            "SELECT COUNT(*) FROM releases WHERE EXISTS \
+             (SELECT 1 FROM models m WHERE m.release_id = releases.id)",
+        )
+        .fetch_one(&self.pool)
+        .await?
+        .try_get(0)?)
+    }
+
     pub async fn release(&self, id: i64) -> Result<Option<ReleaseRow>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {RELEASE_COLS} FROM releases WHERE id = $1"

@@ -39,9 +39,17 @@ async fn probes_metrics_docs_and_unknown_routes() {
     assert!(
         html.contains("/openapi.json") && !html.contains("http://") && !html.contains("https://")
     );
+    // The docs page links the HTML pages, and the spec describes them (tag `pages`).
+    assert!(
+        html.contains("href=\"/v1/admin/overview\"") && html.contains("/v1/users/{user}/receipt")
+    );
     let (st, spec) = app.get("/openapi.json", "").await;
     assert_eq!(st, 200);
     assert!(spec["paths"]["/v1/ratings"]["post"].is_object());
+    for page in ["/v1/users/{user}/receipt", "/v1/admin/overview"] {
+        let ok = &spec["paths"][page]["get"]["responses"]["200"]["content"];
+        assert!(ok["text/html"].is_object(), "{page}: {ok}");
+    }
     let r = app.send(app.client.get(app.url("/v1/ratings"))).await;
     assert_eq!(r.status, 405);
     assert_eq!(r.content_type.as_deref(), Some("application/problem+json"));

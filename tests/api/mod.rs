@@ -20,6 +20,7 @@ mod ledger;
 mod models;
 mod nbm;
 mod operator;
+mod pages;
 mod predict;
 mod private_gd;
 mod ratings;

@@ -1,0 +1,31 @@
+# Shared by the scripts that run a real dprec service on a scratch store (sourced, not run).
+#
+# scratch_setup: a scratch directory in $scratch, removed on exit together with the
+#   service in $server (if any), and no DPREC_* setting inherited from the caller's shell
+#   but DPREC_ML100K_DIR (so the script's service runs on its defaults).
+# wait_for_port LOG: prints the port a `dprec serve --bind 127.0.0.1:0` writing its log
+#   to LOG listens on, once the log says so (waits up to 60 s; prints nothing if it never
+#   does).
+
+scratch_setup() {
+    scratch=$(mktemp -d)
+    server=""
+    trap 'scratch_cleanup' EXIT
+    # shellcheck disable=SC2046
+    unset $(env | grep -o '^DPREC_[A-Z_]*' | grep -v '^DPREC_ML100K_DIR$') 2>/dev/null || true
+}
+
+scratch_cleanup() {
+    [ -n "$server" ] && kill "$server" 2>/dev/null || true
+    rm -rf "$scratch"
+}
+
+wait_for_port() {
+    local port=""
+    for _ in $(seq 300); do
+        port=$(grep -Eo 'listening on port [0-9]+' "$1" | grep -Eo '[0-9]+$' || true)
+        [ -n "$port" ] && break
+        sleep 0.2
+    done
+    echo "$port"
+}

@@ -1,0 +1,511 @@
+//! The user's privacy receipt page, rendered from the budget audit (the same [`Audit`]
+//! value `GET /v1/users/{user}/budget` serialises) and the user's spend after each
+//! release. Pure: no I/O, so `cargo test --lib pages::receipt` checks the HTML.
+
+use super::html::{budget_bar, esc, line_chart, name_of, num, page, query, time, url_part};
+use crate::accountant::{compose_events, eps_from_rdp, PrivacyEvent, RdpCurve, RenyiFilter};
+use crate::api::users::{Audit, RatingOrder, RatingSort, ReleaseChargeView};
+
+/// Decimals of the eps figures on the page (the browser check compares at this precision).
+pub const EPS_DIGITS: usize = 3;
+
+/// Everything the receipt page shows.
+#[derive(Debug)]
+pub struct ReceiptView {
+    pub audit: Audit,
+    /// The user's spend on the filter's scale before any release (`None`) and after each
+    /// release the user took part in, oldest first: `(release id, filter eps)`
+    /// ([`spend_history`]).
+    pub history: Vec<(Option<i64>, f64)>,
+    /// `budget.planned_releases`: the releases every user is promised.
+    pub planned_releases: u32,
+    pub order: RatingOrder,
+    /// The link token the page was opened with, carried by the page's own links.
+    pub link: Option<String>,
+    pub generated_at: i64,
+    pub served_release: Option<i64>,
+}
+
+/// The user's filter eps before any release and after each release, oldest first, from
+/// each release's charged events (`releases` newest first, as the audit lists them). LDP
+/// charges taken at ingestion are not releases and are not on this line (they are in the
+/// audit's total).
+pub fn spend_history(
+    filter: &RenyiFilter,
+    releases: &[(i64, Vec<PrivacyEvent>)],
+) -> Result<Vec<(Option<i64>, f64)>, crate::accountant::AccountantError> {
+    let mut acc = RdpCurve::zeros(filter.orders().to_vec())?;
+    let mut out = vec![(None, filter.filter_eps(&acc)?)];
+    for (id, events) in releases.iter().rev() {
+        acc = acc.compose(&compose_events(events, filter.orders())?)?;
+        out.push((Some(*id), filter.filter_eps(&acc)?));
+    }
+    Ok(out)
+}
+
+/// The page's own URL with `changes` applied to its current query (sort, page, link).
+struct Here<'a> {
+    user: &'a str,
+    v: &'a ReceiptView,
+}
+
+impl Here<'_> {
+    fn url(&self, sort: RatingOrder, offset: i64, roffset: i64) -> String {
+        let a = &self.v.audit;
+        let mut q = vec![("link", self.v.link.clone().unwrap_or_default())];
+        if sort != RatingOrder::default() {
+            q.push(("sort", sort.by.name().to_string()));
+            if sort.descending {
+                q.push(("desc", "true".into()));
+            }
+        }
+        if offset > 0 {
+            q.push(("offset", offset.to_string()));
+        }
+        if a.ratings.limit != super::RATINGS_PER_PAGE {
+            q.push(("limit", a.ratings.limit.to_string()));
+        }
+        if roffset > 0 {
+            q.push(("roffset", roffset.to_string()));
+        }
+        format!("/v1/users/{}/receipt{}", url_part(self.user), query(&q))
+    }
+}
+
+/// The page.
+pub fn render(v: &ReceiptView) -> String {
+    let a = &v.audit;
+    let mut body = format!(
+        "<h1>Your privacy receipt</h1>\n<p class=\"sub\">User <code id=\"user\">{}</code> · \
+         generated {} · served release {}</p>\n",
+        esc(&a.user),
+        time(v.generated_at),
+        v.served_release
+            .map_or("none yet".to_string(), |id| id.to_string()),
+    );
+    if let Some(note) = &a.note {
+        body.push_str(&format!("<p class=\"note\">{}</p>\n", esc(note)));
+    }
+    body.push_str(&budget_section(v));
+    body.push_str(&ratings_section(v));
+    body.push_str(&releases_section(v));
+    body.push_str(PROMISE);
+    body.push_str(&format!(
+        "<p class=\"sub\">Every number on this page comes from the same code as the JSON audit \
+         <code>GET /v1/users/{}/budget</code>. API documentation: <a href=\"/docs\">/docs</a>.</p>",
+        esc(&url_part(&a.user))
+    ));
+    page(&format!("Privacy receipt of user {}", a.user), &body)
+}
+
+/// The user-level budget: figures, the bar, and the line over the user's releases.
+fn budget_section(v: &ReceiptView) -> String {
+    let a = &v.audit;
+    let s = &a.spent;
+    let used = s.filter_eps.unwrap_or(f64::INFINITY);
+    let left = match s.releases_left {
+        Some(u64::MAX) => "unlimited".to_string(),
+        Some(n) => n.to_string(),
+        None => "n/a (no release yet)".to_string(),
+    };
+    let mut out = format!(
+        "<h2>Your budget (all your ratings together)</h2>\n<div class=\"kv\">\
+         <div><span>remaining eps</span><b class=\"big\" id=\"remaining-eps\">{}</b></div>\
+         <div><span>your budget (eps_u, delta_u)</span><b class=\"big\">{}</b> \
+         (delta {:e})</div>\
+         <div><span>in use (filter scale)</span><b class=\"big\" id=\"filter-eps\">{}</b></div>\
+         <div><span>spent as (eps, delta_u)</span><b class=\"big\" id=\"spent-eps\">{}</b></div>\
+         <div><span>releases left</span><b class=\"big\" id=\"releases-left\">{left}</b> \
+         of a plan of {}</div></div>\n",
+        num(s.remaining_eps, EPS_DIGITS),
+        num(Some(a.budget.eps), 2),
+        a.budget.delta,
+        num(s.filter_eps, EPS_DIGITS),
+        num(s.eps, EPS_DIGITS),
+        v.planned_releases,
+    );
+    out.push_str(&budget_bar(
+        a.budget.eps,
+        used,
+        &format!(
+            "in use {} of eps_u = {} (red); remaining {} (green){}",
+            num(s.filter_eps, EPS_DIGITS),
+            num(Some(a.budget.eps), 2),
+            num(s.remaining_eps, EPS_DIGITS),
+            if a.exhausted { ": exhausted" } else { "" }
+        ),
+    ));
+    out.push_str(
+        "<p class=\"sub\">\"In use\" is what the service's Renyi filter counts against your \
+         budget: it starts a little above zero (the filter's fixed conversion term) and a \
+         release is admitted only while it stays within eps_u. \"Spent as (eps, delta_u)\" \
+         is the same charges converted as if they had been fixed in advance. \"Releases \
+         left\" is at the cost of your newest release.</p>\n",
+    );
+    if v.history.len() > 1 {
+        let points: Vec<(String, f64)> = v
+            .history
+            .iter()
+            .map(|(id, e)| (id.map_or("before".into(), |id| format!("#{id}")), *e))
+            .collect();
+        out.push_str("<h3>In use after each release you took part in</h3>\n");
+        out.push_str(&line_chart(&points, a.budget.eps, "eps in use"));
+    }
+    out
+}
+
+fn status_class(status: &str) -> &'static str {
+    match status {
+        "active" => "st-active",
+        "exhausted" => "st-exhausted",
+        _ => "st-deleted",
+    }
+}
+
+/// The per-rating table with sortable headers and page links.
+fn ratings_section(v: &ReceiptView) -> String {
+    let a = &v.audit;
+    let here = Here { user: &a.user, v };
+    let r = &a.ratings;
+    let mut out = format!(
+        "<h2>Your ratings (each has its own budget eps_ij)</h2>\n<p class=\"sub\">{} ratings; \
+         showing {} to {}. Click a column to sort.</p>\n<table id=\"ratings\"><thead><tr>",
+        r.total,
+        (r.offset + 1).min(r.total),
+        (r.offset + r.entries.len() as i64).min(r.total),
+    );
+    for col in RatingSort::ALL {
+        let desc = v.order.by == col && !v.order.descending;
+        let arrow = match (v.order.by == col, v.order.descending) {
+            (true, false) => " ▲",
+            (true, true) => " ▼",
+            _ => "",
+        };
+        let class = if matches!(col, RatingSort::Item | RatingSort::Status) {
+            ""
+        } else {
+            " class=\"n\""
+        };
+        out.push_str(&format!(
+            "<th{class}><a href=\"{}\">{}{arrow}</a></th>",
+            esc(&here.url(
+                RatingOrder {
+                    by: col,
+                    descending: desc
+                },
+                0,
+                a.releases.offset
+            )),
+            col.name()
+        ));
+    }
+    out.push_str("<th>origin</th></tr></thead><tbody>\n");
+    for e in &r.entries {
+        out.push_str(&format!(
+            "<tr><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"{}\">{}</td><td>{}</td></tr>\n",
+            esc(&e.item),
+            num(Some(e.eps), EPS_DIGITS),
+            num(Some(e.spent), EPS_DIGITS),
+            num(Some(e.remaining), EPS_DIGITS),
+            e.releases,
+            status_class(&e.status),
+            esc(&e.status),
+            esc(&e.origin)
+        ));
+    }
+    out.push_str("</tbody></table>\n");
+    out.push_str(&pager(r.offset, r.limit, r.total, |o| {
+        here.url(v.order, o, a.releases.offset)
+    }));
+    out
+}
+
+/// "previous / next" links for a list at `offset` of `total`.
+fn pager(offset: i64, limit: i64, total: i64, url: impl Fn(i64) -> String) -> String {
+    let mut links = Vec::new();
+    if offset > 0 {
+        links.push(format!(
+            "<a href=\"{}\">← previous</a>",
+            esc(&url((offset - limit).max(0)))
+        ));
+    }
+    if offset + limit < total {
+        links.push(format!(
+            "<a href=\"{}\">next →</a>",
+            esc(&url(offset + limit))
+        ));
+    }
+    if links.is_empty() {
+        String::new()
+    } else {
+        format!("<nav class=\"pg\">{}</nav>\n", links.join(""))
+    }
+}
+
+/// One event in words: `Gaussian (noise multiplier 3.1)` etc.
+fn describe_event(e: &PrivacyEvent) -> String {
+    let times = |c: u64| {
+        if c == 1 {
+            String::new()
+        } else {
+            format!(", {c} times")
+        }
+    };
+    match e {
+        PrivacyEvent::Gaussian {
+            noise_multiplier,
+            count,
+        } => format!(
+            "Gaussian noise (multiplier {noise_multiplier:.3}{})",
+            times(*count)
+        ),
+        PrivacyEvent::PoissonSubsampledGaussian {
+            sampling_rate,
+            noise_multiplier,
+            count,
+        } => format!(
+            "Gaussian noise on a random sample (rate {sampling_rate}, multiplier \
+             {noise_multiplier:.3}{})",
+            times(*count)
+        ),
+        PrivacyEvent::Laplace { scale, count } => {
+            format!("Laplace noise (scale {scale:.3}{})", times(*count))
+        }
+        PrivacyEvent::PureDp { eps, count } => {
+            format!("a pure eps = {eps:.3} mechanism{}", times(*count))
+        }
+        PrivacyEvent::Composed { events } => events
+            .iter()
+            .map(describe_event)
+            .collect::<Vec<_>>()
+            .join(", then "),
+        PrivacyEvent::ReplaceOne { event } => {
+            format!("{} (bounded for one changed rating)", describe_event(event))
+        }
+    }
+}
+
+/// A release's cost to the user alone, as (eps, delta_u), from its charged events.
+fn release_eps(r: &ReleaseChargeView, delta: f64) -> Option<f64> {
+    let events: Vec<PrivacyEvent> = serde_json::from_value(r.events.clone()).ok()?;
+    let curve = compose_events(&events, &crate::accountant::default_orders()).ok()?;
+    eps_from_rdp(&curve, delta).ok().map(|g| g.eps)
+}
+
+/// Each release that used the user's data, in plain words.
+fn releases_section(v: &ReceiptView) -> String {
+    let a = &v.audit;
+    let rel = &a.releases;
+    let mut out = format!(
+        "<h2>Releases that used your data</h2>\n<p class=\"sub\">{} releases, newest first.</p>\n",
+        rel.total
+    );
+    for r in &rel.entries {
+        let events: Vec<PrivacyEvent> =
+            serde_json::from_value(r.events.clone()).unwrap_or_default();
+        let mechs: Vec<String> = r
+            .mechanisms
+            .iter()
+            .map(|m| {
+                format!(
+                    "<code>{}</code> (protects one {}, neighbours {})",
+                    esc(&m.name),
+                    esc(&name_of(&m.unit)),
+                    esc(&name_of(&m.neighbour))
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "<div class=\"rel\" id=\"release-{id}\"><p><b>Release {id}</b>, {when}: trained by \
+             <code>{trainer}</code> (guarantee: {guarantee}).</p>\
+             <p>It ran {mechs}.</p>\
+             <p><b>What it cost you, as a user:</b> {events}; on its own that is eps {alone} at \
+             your delta_u (admitted at Renyi order {order}).</p>\
+             <p><b>What it cost your ratings:</b> {n} of your ratings were charged, eps {total} \
+             in total ({each} each on average, out of each rating's own eps_ij).</p></div>\n",
+            id = r.release_id,
+            when = time(r.created_at),
+            trainer = esc(&r.trainer),
+            guarantee = esc(&name_of(&r.guarantee)),
+            mechs = if mechs.is_empty() {
+                "no recorded mechanism".to_string()
+            } else {
+                mechs.join(", ")
+            },
+            events = if events.is_empty() {
+                "nothing".to_string()
+            } else {
+                esc(&events
+                    .iter()
+                    .map(describe_event)
+                    .collect::<Vec<_>>()
+                    .join(", then "))
+            },
+            alone = num(release_eps(r, a.budget.delta), EPS_DIGITS),
+            order = r.admitted_order,
+            n = r.ratings_charged,
+            total = num(Some(r.rating_eps_total), EPS_DIGITS),
+            each = num(
+                (r.ratings_charged > 0).then(|| r.rating_eps_total / r.ratings_charged as f64),
+                EPS_DIGITS
+            ),
+        ));
+    }
+    let here = Here { user: &a.user, v };
+    out.push_str(&pager(rel.offset, rel.limit, rel.total, |o| {
+        here.url(v.order, a.ratings.offset, o)
+    }));
+    if !a.local_reports.is_empty() {
+        out.push_str(&format!(
+            "<p>You also sent {} one-bit reports perturbed on your device (local DP), each \
+             charged to your budget when it arrived: eps {} in total.</p>\n",
+            a.local_reports.len(),
+            num(
+                Some(a.local_reports.iter().map(|r| r.eps).sum()),
+                EPS_DIGITS
+            )
+        ));
+    }
+    out
+}
+
+/// What the service promises, short (docs/privacy/guarantee.md says it in full; a test
+/// checks that the page's headings are that document's).
+const PROMISE: &str = "<h2>What dprec promises you, and what it does not</h2>\n<ul>\
+<li><b>Per rating.</b> Over all the models dprec ever publishes, each of your ratings is \
+protected at its own eps_ij: adding or removing it changes what anyone can see by at most \
+that much. A rating with nothing left is no longer used (you still see it above).</li>\
+<li><b>Per user.</b> All your ratings together are protected at (eps_u, delta_u) over all \
+releases. Every release costs every taking-part user the same amount, fixed before any data \
+is seen, and the noise is planned so that the planned number of releases fits your budget. \
+When it is used up, your data is no longer used for training.</li>\
+<li><b>What decides whether your data is used:</b> only public information and your own \
+past charges, never whether anybody else's data exists.</li>\
+<li><b>Your recommendations</b> are computed from the public model and your own ratings \
+(joint DP): they are meant for you, and are not private from you.</li></ul>\n\
+<p><b>What dprec does not promise:</b> nothing about what you reveal yourself; a group of \
+people who share information is protected person by person, not as a group; a private \
+model can still be accurate about populations. The full text: \
+<code>docs/privacy/guarantee.md</code> (\"What dprec promises you, and what it does not\").</p>\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::users::{Budget, Paged, RatingBudgetView, Spent};
+
+    fn view(user: &str, item: &str) -> ReceiptView {
+        ReceiptView {
+            audit: Audit {
+                user: user.into(),
+                deleted: false,
+                budget: Budget {
+                    eps: 10.0,
+                    delta: 1e-6,
+                },
+                spent: Spent {
+                    eps: Some(1.5),
+                    delta: 1e-6,
+                    best_order: Some(12.0),
+                    filter_eps: Some(2.25),
+                    remaining_eps: Some(7.75),
+                    releases_left: Some(41),
+                    curve: vec![],
+                },
+                exhausted: false,
+                note: Some("<b>note</b>".into()),
+                ratings: Paged {
+                    total: 120,
+                    limit: 50,
+                    offset: 50,
+                    entries: vec![RatingBudgetView {
+                        item: item.into(),
+                        eps: 12.0,
+                        spent: 1.25,
+                        remaining: 10.75,
+                        releases: 2,
+                        status: "active".into(),
+                        origin: "raw".into(),
+                    }],
+                },
+                releases: Paged {
+                    total: 0,
+                    limit: 10,
+                    offset: 0,
+                    entries: vec![],
+                },
+                local_reports: vec![],
+            },
+            history: vec![(None, 0.5), (Some(1), 1.0), (Some(2), 2.25)],
+            planned_releases: 52,
+            order: RatingOrder {
+                by: RatingSort::Spent,
+                descending: true,
+            },
+            link: Some("123.abc".into()),
+            generated_at: 0,
+            served_release: Some(2),
+        }
+    }
+
+    #[test]
+    fn ids_render_as_text() {
+        let evil = "<script>alert(1)</script>";
+        let html = render(&view(evil, evil));
+        assert!(!html.contains("<script"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("&lt;b&gt;note&lt;/b&gt;"));
+        // In links the id is percent-encoded.
+        assert!(html.contains("/v1/users/%3Cscript%3Ealert%281%29%3C%2Fscript%3E/receipt?"));
+    }
+
+    #[test]
+    fn figures_links_and_pages() {
+        let html = render(&view("u1", "i1"));
+        assert!(html.contains("id=\"remaining-eps\">7.750<"), "{html}");
+        assert!(html.contains("id=\"filter-eps\">2.250<"));
+        assert!(html.contains("id=\"releases-left\">41<"));
+        // The page's links keep the link token and the order; page 2 of 3 links both ways.
+        assert!(html
+            .contains("href=\"/v1/users/u1/receipt?link=123.abc&amp;sort=spent&amp;desc=true\""));
+        assert!(html.contains("href=\"/v1/users/u1/receipt?link=123.abc&amp;sort=spent&amp;desc=true&amp;offset=100\""));
+        // The sorted column's header flips the direction.
+        assert!(html.contains("href=\"/v1/users/u1/receipt?link=123.abc&amp;sort=spent\">spent ▼"));
+        // The line has a point per release.
+        assert!(html.contains(">before<") && html.contains(">#1<") && html.contains(">#2<"));
+        assert!(html.contains("(delta 1e-6)"));
+        assert!(
+            !html.contains("http://") && !html.contains("https://") && !html.contains("<script")
+        );
+    }
+
+    #[test]
+    fn history_ends_at_the_composed_total() {
+        let f = RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
+        let e = vec![PrivacyEvent::gaussian(5.0, 1).unwrap()];
+        // Newest first, as the audit lists them.
+        let h = spend_history(&f, &[(2, e.clone()), (1, e.clone())]).unwrap();
+        assert_eq!(
+            h.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [None, Some(1), Some(2)]
+        );
+        let both = compose_events(&[e[0].clone(), e[0].clone()], f.orders()).unwrap();
+        assert_eq!(h[2].1, f.filter_eps(&both).unwrap());
+        let zero = RdpCurve::zeros(f.orders().to_vec()).unwrap();
+        assert_eq!(h[0].1, f.filter_eps(&zero).unwrap());
+        assert!(h[0].1 < h[1].1 && h[1].1 < h[2].1);
+    }
+
+    #[test]
+    fn the_promise_is_the_guarantee_documents() {
+        let doc = include_str!("../../../docs/privacy/guarantee.md");
+        for heading in [
+            "# What dprec promises you, and what it does not",
+            "## Two guarantees, both enforced",
+            "## What dprec does not promise",
+            "**What decides whether your data is used.**",
+        ] {
+            assert!(doc.contains(heading), "guarantee.md lost {heading:?}");
+        }
+    }
+}
