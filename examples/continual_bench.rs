@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use dprec::eval::ranking::list_metrics;
 use dprec::privacy::tree::{levels, ArrivalCap, TreeCounter};
 use dprec::rng::{seeded, split, DpRng};
-use dprec::train::dp_topn::{DpTopN, ReleasePlan};
+use dprec::train::topn::dp_topn::{DpTopN, ReleasePlan};
 use rand::seq::SliceRandom;
 
 /// One rating of u.data (0-based ids).

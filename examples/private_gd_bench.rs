@@ -15,7 +15,7 @@ use std::time::Instant;
 use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::Interactions;
 use dprec::ldp::private_gd::{next_state, Recovery, RoundState};
-use dprec::train::private_gd::{simulate_round, PrivateGd};
+use dprec::train::local::private_gd::{simulate_round, PrivateGd};
 use rand::Rng;
 
 fn main() -> anyhow::Result<()> {

@@ -183,7 +183,7 @@ fn main() -> anyhow::Result<()> {
             fitted.ranker.as_ref().and_then(|r| r.stored())
         {
             let d = match &model.scorer {
-                dprec::train::item_ranker::ItemScorer::Projection { d, .. } => *d,
+                dprec::train::topn::item_ranker::ItemScorer::Projection { d, .. } => *d,
                 _ => 0,
             };
             println!("{name}: {} candidates, d {d}", model.candidates.len());

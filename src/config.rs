@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
-use crate::ledger::{SharePolicy, SHARE_POLICY_FORMAT};
+use crate::ledger::{defaults, SharePolicy, SHARE_POLICY_FORMAT};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -255,16 +255,13 @@ impl Default for TrainerSettings {
 impl Default for BudgetSettings {
     fn default() -> Self {
         Self {
-            // With the served default (dp-topn, 52 planned releases) a rating's full
-            // part in every release costs eps ~10.7 at delta_r (its Gaussian part in
-            // zCDP, docs/LEDGER.md): 12 lets every rating take part for the whole plan,
-            // and a tenth of it per release covers the largest (first) step, ~1.18.
-            default_rating_eps: 12.0,
+            // Why these values: `ledger::defaults`.
+            default_rating_eps: defaults::RATING_EPS,
             max_rating_eps: 100.0,
-            share: SharePolicy::Fraction(0.1),
-            min_release_eps: 0.001,
-            default_user_eps: 10.0,
-            default_user_delta: 1e-6,
+            share: defaults::SHARE,
+            min_release_eps: defaults::MIN_RELEASE_EPS,
+            default_user_eps: defaults::USER_EPS,
+            default_user_delta: defaults::USER_DELTA,
             max_user_eps: 10.0,
             max_user_delta: 1e-5,
             popularity_eps: 0.05,

@@ -2,7 +2,10 @@
 //!
 //! The crate is organised by concern:
 //! - [`data`]: rating data, loaders (MovieLens), sparse layouts, synthetic data, folds;
-//! - [`train`]: trainers (non-private baselines here; DP trainers build on them);
+//! - [`numerics`]: small dense linear algebra (solves, symmetric eigen-decompositions)
+//!   shared by [`train`] and [`ldp`], with no privacy logic;
+//! - [`train`]: trainers, grouped by what they promise (top-N rankers, central-DP rating
+//!   predictors, local-DP trainers, the neighbourhood model, non-private references);
 //! - [`privacy`]: pure noise mechanisms and sampling primitives (no I/O);
 //! - [`ldp`]: client-side local DP for ratings (the perturbed-rating form, BLP);
 //! - [`accountant`]: Renyi-DP accounting, conversion and the Renyi filter (pure);
@@ -10,8 +13,8 @@
 //! - [`cli`]: the `dprec` command line;
 //! - the service (`dprec serve`): [`config`], [`store`] (SQLite/PostgreSQL), [`ledger`]
 //!   (budget arithmetic and the admission plan, pure; the store commits), [`release`]
-//!   (the release pipeline as named steps, the scheduler and replica watcher), [`serve`] (in-memory model registry, top-N), [`api`] (HTTP handlers,
-//!   problem+json, auth, OpenAPI), [`metrics`] and [`startup`].
+//!   (the release pipeline as named steps, the scheduler and replica watcher), [`serve`]
+//!   (in-memory model registry, top-N), [`api`] (HTTP handlers, problem+json, auth, OpenAPI), [`metrics`] and [`startup`].
 
 pub mod accountant;
 pub mod api;
@@ -23,6 +26,7 @@ pub mod lanes;
 pub mod ldp;
 pub mod ledger;
 pub mod metrics;
+pub mod numerics;
 pub mod privacy;
 pub mod release;
 /// The former name of [`release`], kept for callers written against it.

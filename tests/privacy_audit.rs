@@ -15,8 +15,8 @@ use dprec::data::{Interactions, Ratings};
 use dprec::privacy::audit::{audit, AuditConfig};
 use dprec::rng::seeded;
 use dprec::train::dp_stats::dp_popularity;
-use dprec::train::gaussian_mf::UserOffsets;
-use dprec::train::ssp::{noisy_statistics, SspConfig};
+use dprec::train::predictors::gaussian_mf::UserOffsets;
+use dprec::train::predictors::ssp::{noisy_statistics, SspConfig};
 
 fn pure(trials: usize) -> AuditConfig {
     AuditConfig {
@@ -217,7 +217,7 @@ fn ssp_gaussian_one_rating_added() {
 // see the tail that sets the charge (docs/privacy/dp-topn.md, "Empirical audit").
 
 use dprec::data::RatingScale;
-use dprec::train::dp_topn::DpTopN;
+use dprec::train::topn::dp_topn::DpTopN;
 use dprec::train::{Params, TrainData};
 
 const BASE_USERS: u32 = 40;

@@ -5,7 +5,7 @@
 use crate::common;
 
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::train::dp_alt::DpAlt;
+use dprec::train::predictors::dp_alt::DpAlt;
 use dprec::train::{build, Guarantee, Params, TrainData, Trainer};
 
 fn small() -> Ratings {

@@ -13,7 +13,7 @@ use crate::common;
 use dprec::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::train::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
-use dprec::train::gaussian_mf::{
+use dprec::train::predictors::gaussian_mf::{
     calibrate_noise_multiplier, clipped_gradient_sum, dp_user_step, gaussian_steps_eps,
     paper_eps_opt, paper_noise_multiplier, UserNoise, UserOffsets, UserStepConfig,
 };
@@ -631,7 +631,7 @@ fn with_true_items_and_large_eps_it_matches_the_nonprivate_user_solve() {
         for j in 0..n {
             a[j * n + j] += lambda;
         }
-        assert!(dprec::train::linalg::cholesky_solve(&mut a, &mut b, n));
+        assert!(dprec::numerics::linalg::cholesky_solve(&mut a, &mut b, n));
         for k in 0..d {
             exact.user_factors[[u, k]] = b[k];
         }

@@ -13,7 +13,7 @@ use dprec::eval::rmse;
 use dprec::privacy::{sampling_probability, Threshold};
 use dprec::rng::seeded;
 use dprec::train::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
-use dprec::train::objpert::{
+use dprec::train::predictors::objpert::{
     approximation_noise, budget_split, clip_rows, dp_item_step, solve_item, ItemStepConfig,
     MeanRelease,
 };

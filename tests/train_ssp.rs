@@ -14,8 +14,8 @@ use crate::common;
 use dprec::accountant::PrivacyEvent;
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::train::charges::{Neighbour, PrivacyUnit};
-use dprec::train::gaussian_mf::UserOffsets;
-use dprec::train::ssp::{
+use dprec::train::predictors::gaussian_mf::UserOffsets;
+use dprec::train::predictors::ssp::{
     feature_row, noisy_statistics, packed_len, solve_statistics, ssp_user_step,
     sufficient_statistics, SspConfig,
 };
@@ -380,7 +380,7 @@ fn with_true_items_and_small_noise_it_matches_the_exact_ridge_solve() {
         &mut dprec::rng::seeded(3),
     )
     .unwrap();
-    let clipped = dprec::train::objpert::clip_rows(&q);
+    let clipped = dprec::train::predictors::objpert::clip_rows(&q);
     let model = |uf: Array2<f64>, ub: Array1<f64>| FactorModel {
         global_mean: t.mean,
         user_bias: ub,
@@ -415,7 +415,7 @@ fn with_true_items_and_small_noise_it_matches_the_exact_ridge_solve() {
         for j in 0..n {
             am[j * n + j] += lambda;
         }
-        assert!(dprec::train::linalg::cholesky_solve(&mut am, &mut bv, n));
+        assert!(dprec::numerics::linalg::cholesky_solve(&mut am, &mut bv, n));
         for k in 0..d {
             uf[[u, k]] = a * bv[k];
         }

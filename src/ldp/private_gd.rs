@@ -35,8 +35,8 @@ use rand::Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::numerics::linalg::cholesky_solve;
 use crate::privacy::local::{one_bit_bound, one_bit_probability};
-use crate::train::linalg::cholesky_solve;
 
 /// Errors of the protocol: a bad parameter, a report that does not fit the round, or a
 /// projection whose Gram matrix cannot be factorised.

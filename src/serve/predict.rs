@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::facts::UserFacts;
 use super::Published;
-use crate::train::joint_als::UserProfile;
+use crate::train::predictors::joint_als::UserProfile;
 
 impl Published {
     /// The user's own ratings in this release's item indices (items outside it dropped);
@@ -90,7 +90,7 @@ impl Published {
 mod tests {
     use super::*;
     use crate::data::RatingScale;
-    use crate::train::joint_als::JointAls;
+    use crate::train::predictors::joint_als::JointAls;
     use crate::train::FactorModel;
 
     fn joint() -> Published {

@@ -1,31 +1,30 @@
 //! Trainers: each turns a rating set into a [`FactorModel`].
 //!
 //! A trainer is a value built by name from string parameters ([`build`]), so the CLI,
-//! the evaluation harness and the service run them the same way. Non-private trainers
-//! live here as the baselines every private model is judged against.
+//! the evaluation harness and the service run them the same way. The registry below
+//! names every trainer; the families are submodules ([`topn`], [`predictors`],
+//! [`local`], [`nbm`], [`nonprivate`]).
 
-pub mod als;
-pub mod baseline;
-pub mod blp_mog_mf;
-pub mod charges;
-pub mod dp_alt;
-pub mod dp_stats;
-pub mod dp_topn;
-pub mod gaussian_mf;
-pub mod item_ranker;
-pub mod joint_als;
-pub mod linalg;
-pub mod model;
+// The families, by what a trainer promises.
+pub mod local;
 pub mod nbm;
-pub mod objpert;
+pub mod nonprivate;
+pub mod predictors;
+pub mod topn;
+
+// What every family shares: charges, DP statistics, the model, parameters, the ranking
+// interface and the two units.
+pub mod charges;
+pub mod dp_stats;
+pub mod model;
 pub mod params;
-pub mod private_gd;
 pub mod ranker;
-pub mod references;
-pub mod sgd;
-pub mod ssp;
-pub mod sym_eigen;
 pub mod units;
+
+use local::{blp_mog_mf, private_gd};
+use nonprivate::{als, baseline, sgd};
+use predictors::{dp_alt, gaussian_mf, objpert};
+use topn::{dp_topn, references};
 
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;

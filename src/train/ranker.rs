@@ -6,9 +6,9 @@
 //! scores are `x_u B` (item-item, projection) and a factor model with a stored user row
 //! rank through the same call.
 
-use crate::train::item_ranker::ItemRanker;
-use crate::train::joint_als::{JointAls, UserProfile};
 use crate::train::nbm::model::NbmModel;
+use crate::train::predictors::joint_als::{JointAls, UserProfile};
+use crate::train::topn::item_ranker::ItemRanker;
 use crate::train::FactorModel;
 
 /// Scores items for one user from a published model and the user's own ratings.

@@ -38,7 +38,7 @@ use rand::seq::SliceRandom;
 use self::model::{NbmModel, NO_ANCHOR};
 use self::sgd::{LoopConfig, LoopStats, Update};
 use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
-use super::gaussian_mf::calibrate_decreasing;
+use super::predictors::gaussian_mf::calibrate_decreasing;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::privacy::sampling::{sample_in, sampling_charge};

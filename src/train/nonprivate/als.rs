@@ -9,10 +9,10 @@ use ndarray::{Array1, Array2};
 use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
-use super::linalg::cholesky_solve;
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::data::Compressed;
+use crate::numerics::linalg::cholesky_solve;
 use crate::rng::DpRng;
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 #[derive(Debug, Clone)]
 pub struct AlsMf {

@@ -14,10 +14,6 @@
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
-use super::{
-    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
-};
 use crate::accountant::PrivacyEvent;
 use crate::data::Interactions;
 use crate::ldp::private_gd::{
@@ -25,6 +21,10 @@ use crate::ldp::private_gd::{
     ProjectionSpec, Recovery, RoundState, Schedule,
 };
 use crate::rng::DpRng;
+use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
+use crate::train::{
+    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
+};
 
 /// Users per parallel task of the simulator.
 const CHUNK_USERS: usize = 512;
@@ -78,7 +78,7 @@ impl PrivateGd {
             match p.get_str("offset") {
                 None | Some("mid") => None,
                 Some(s) => Some(s.parse::<f64>().ok().filter(|x| x.is_finite()).ok_or_else(
-                    || super::ParamError::Invalid {
+                    || crate::train::ParamError::Invalid {
                         key: "offset".into(),
                         reason: format!("{s:?} is neither \"mid\" nor a finite number"),
                     },
@@ -218,7 +218,7 @@ impl Trainer for PrivateGd {
             .unwrap_or((data.scale.min + data.scale.max) / 2.0);
         let schedule = self.schedule(m.n_items, offset, rng.random());
         schedule.validate(m.n_items).map_err(|e| {
-            TrainError::Param(super::ParamError::Invalid {
+            TrainError::Param(crate::train::ParamError::Invalid {
                 key: "private-gd".into(),
                 reason: e.to_string(),
             })

@@ -35,17 +35,17 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use rayon::prelude::*;
 
-use super::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
-};
-use super::gaussian_mf::calibrate_noise_multiplier;
-use super::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
-use super::sym_eigen::{spd_inverse, top_eigen};
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
+use crate::train::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
+};
+use crate::train::predictors::gaussian_mf::calibrate_noise_multiplier;
+use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::{invalid, numerical};
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 /// A user's lifetime plan: `releases` releases inside `(eps_u, delta_u)`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -1848,7 +1848,7 @@ mod tests {
             .0;
         let year = trainer(&[]).multipliers().unwrap().0;
         assert!(year > 3.0 * one, "{one} vs {year}");
-        let e = crate::train::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();
+        let e = crate::train::predictors::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();
         assert!(e <= 10.0 && e > 9.99, "{e}");
     }
 
@@ -1862,8 +1862,8 @@ mod tests {
             releases,
         };
         let z = plan(52).tree_noise_multiplier().unwrap();
-        let e6 = crate::train::gaussian_mf::gaussian_steps_eps(z, 6, 1e-6).unwrap();
-        let e7 = crate::train::gaussian_mf::gaussian_steps_eps(z, 7, 1e-6).unwrap();
+        let e6 = crate::train::predictors::gaussian_mf::gaussian_steps_eps(z, 6, 1e-6).unwrap();
+        let e7 = crate::train::predictors::gaussian_mf::gaussian_steps_eps(z, 7, 1e-6).unwrap();
         assert!(e6 <= 10.0 && e6 > 9.99 && e7 > 10.0, "{e6} {e7}");
         assert!(z < 0.5 * plan(52).noise_multiplier().unwrap());
         let one = plan(1);

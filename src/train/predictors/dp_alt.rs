@@ -26,17 +26,17 @@
 
 use rand::Rng;
 
-use super::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
-};
-use super::dp_topn::{participation, rating_eps, ReleasePlan};
-use super::joint_als::{project, JointAls};
-use super::linalg::cholesky_solve;
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::accountant::PrivacyEvent;
+use crate::numerics::linalg::cholesky_solve;
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
+use crate::train::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
+};
+use crate::train::predictors::joint_als::{project, JointAls};
+use crate::train::topn::dp_topn::{participation, rating_eps, ReleasePlan};
 use crate::train::{invalid, numerical};
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 /// Hyper-parameters of `dp-alt` (all public).
 #[derive(Debug, Clone)]
@@ -76,12 +76,13 @@ impl Default for DpAlt {
     /// budget and lifetime plan of the configuration, and as the per-rating budget the
     /// share a rating with the default eps_ij may spend on its first release.
     fn default() -> Self {
-        let b = crate::config::BudgetSettings::default();
+        use crate::accountant::DEFAULT_PLANNED_RELEASES as PLANNED;
+        use crate::ledger::defaults as b;
         let mut t = Self {
             plan: ReleasePlan {
-                eps_u: b.default_user_eps,
-                delta_u: b.default_user_delta,
-                releases: u64::from(b.planned_releases),
+                eps_u: b::USER_EPS,
+                delta_u: b::USER_DELTA,
+                releases: u64::from(PLANNED),
             },
             noise_factor: 1.0,
             d: 2,
@@ -94,21 +95,13 @@ impl Default for DpAlt {
             lambda_user: 5.0,
             mean: None,
             delta_r: crate::ledger::RATING_DELTA,
-            eps_r: crate::ledger::release_share(
-                b.share,
-                b.default_rating_eps,
-                0.0,
-                b.min_release_eps,
-            ),
+            eps_r: crate::ledger::release_share(b::SHARE, b::RATING_EPS, 0.0, b::MIN_RELEASE_EPS),
         };
         // The service's lifetime factor (its Renyi filter admits the plan's `releases`
         // only at this much more noise; 1 when the plan's multiplier already fits).
-        if let Ok(plan) = crate::accountant::LifetimePlan::new(
-            b.planned_releases,
-            b.default_user_eps,
-            b.default_user_delta,
-        ) {
-            if let Ok(c) = super::units::calibrate_release(&t, &plan, 1, 0.0) {
+        if let Ok(plan) = crate::accountant::LifetimePlan::new(PLANNED, b::USER_EPS, b::USER_DELTA)
+        {
+            if let Ok(c) = crate::train::units::calibrate_release(&t, &plan, 1, 0.0) {
                 t.noise_factor = c.factor;
             }
         }

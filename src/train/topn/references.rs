@@ -6,11 +6,11 @@
 //! - `ease`: EASE (Steck 2019) on the exact binary Gram of the whole catalogue
 //!   (non-private, lambda 300 by default).
 
-use super::dp_topn::{self, Contribution, DpTopN, ReleasePlan};
-use super::item_ranker::{ItemRanker, ItemScorer};
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::accountant::PrivacyEvent;
 use crate::rng::DpRng;
+use crate::train::topn::dp_topn::{self, Contribution, DpTopN, ReleasePlan};
+use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 fn counts(data: &TrainData<'_>) -> Vec<f64> {
     (0..data.matrix.n_items)
@@ -104,13 +104,13 @@ impl DpPopularity {
         };
         p.reject_unknown("dp-popularity")?;
         if inner.noise_factor < 1.0 {
-            return Err(TrainError::Param(super::ParamError::Invalid {
+            return Err(TrainError::Param(crate::train::ParamError::Invalid {
                 key: "noise_factor".into(),
                 reason: "must be >= 1 (it only adds noise)".into(),
             }));
         }
         if !(inner.plan.delta_u < 1.0 && inner.delta_r < 1.0) {
-            return Err(TrainError::Param(super::ParamError::Invalid {
+            return Err(TrainError::Param(crate::train::ParamError::Invalid {
                 key: "delta".into(),
                 reason: "must be in (0, 1)".into(),
             }));

@@ -10,9 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::linalg::cholesky_solve;
-use super::ranker::{Ranker, StoredRanker};
 use crate::data::RatingScale;
+use crate::numerics::linalg::cholesky_solve;
+use crate::train::ranker::{Ranker, StoredRanker};
 
 /// A user's profile under a [`JointAls`] model: solved, not stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]

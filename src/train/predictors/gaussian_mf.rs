@@ -31,17 +31,17 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
-use super::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
-};
-use super::{
-    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
-};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::data::{Compressed, Interactions};
 use crate::privacy::gaussian;
 use crate::rng::DpRng;
+use crate::train::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
+};
 use crate::train::invalid;
+use crate::train::{
+    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
+};
 
 // ---------------------------------------------------------------------------------------
 // Accounting helpers (all eps values come from the accountant, except the paper's own
@@ -373,7 +373,7 @@ pub(crate) fn user_rng(key: [u8; 32], u: usize) -> DpRng {
     r
 }
 
-/// Input checks shared by the DP user steps (GD here, SSP in [`super::ssp`]): `eligible`
+/// Input checks shared by the DP user steps (GD here, SSP in [`crate::train::predictors::ssp`]): `eligible`
 /// has one entry per user, every rated item has a feature row, features are finite.
 pub(crate) fn check_user_step_inputs(
     by_user: &Compressed,

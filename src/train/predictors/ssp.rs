@@ -1,7 +1,7 @@
 //! The SSP user step: DP user profiles by sufficient-statistics perturbation (Sheffet 2017,
 //! "Differentially private ordinary least squares"; Wang 2018, "Revisiting differentially
 //! private linear regression"), an alternative to the gradient-descent step
-//! [`dp_user_step`](super::gaussian_mf::dp_user_step) with the same shape, so a trainer can call either.
+//! [`dp_user_step`](crate::train::predictors::gaussian_mf::dp_user_step) with the same shape, so a trainer can call either.
 //!
 //! # Mechanism ([`ssp_user_step`])
 //!
@@ -15,7 +15,7 @@
 //!    `(a theta_lat, b theta_bias)` so that predictions are
 //!    `user_factor . clip(v_j) + user_bias` with `clip(v) = v / max(1, ||v||)`;
 //!    a caller publishing the profiles MUST pair them with the clipped item rows
-//!    ([`crate::train::objpert::clip_rows`]), which a caller must do;
+//!    ([`crate::train::predictors::objpert::clip_rows`]), which a caller must do;
 //! 2. targets `y_uj = clamp(r_uj - o_j, -c_y, c_y)` with public offsets `o_j`
 //!    (DP global mean + DP item bias);
 //! 3. statistics `A_u = sum_j x_j x_j^T` (its upper triangle with the diagonal, in row-major
@@ -57,17 +57,17 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 use rand::Rng;
 use rayon::prelude::*;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit};
-use super::gaussian_mf::{
-    check_user_step_inputs, user_rng, user_step_charges, UserOffsets, UserStepOutput,
-};
-use super::linalg::cholesky_solve;
-use super::TrainError;
 use crate::accountant::PrivacyEvent;
 use crate::data::Compressed;
+use crate::numerics::linalg::cholesky_solve;
 use crate::privacy::gaussian;
 use crate::rng::DpRng;
+use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::invalid;
+use crate::train::predictors::gaussian_mf::{
+    check_user_step_inputs, user_rng, user_step_charges, UserOffsets, UserStepOutput,
+};
+use crate::train::TrainError;
 
 /// Hyper-parameters of [`ssp_user_step`]. All public.
 #[derive(Debug, Clone, PartialEq)]
@@ -335,7 +335,7 @@ pub fn solve_statistics(
 }
 
 /// The SSP user step; see the module documentation for the mechanism and the claim.
-/// Arguments as [`gaussian_mf::dp_user_step`](super::gaussian_mf::dp_user_step):
+/// Arguments as [`gaussian_mf::dp_user_step`](crate::train::predictors::gaussian_mf::dp_user_step):
 /// `item_features` are PUBLIC raw rows (clipped to norm 1 here); `eligible` users
 /// (`None` = all) get a noisy profile, those with ratings are charged
 /// `Gaussian { z, count: 1 }`; ineligible users get zeros.

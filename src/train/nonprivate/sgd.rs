@@ -15,9 +15,9 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::data::Ratings;
 use crate::rng::{self, DpRng};
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 #[derive(Debug, Clone)]
 pub struct SgdMf {

@@ -36,15 +36,15 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 use serde_json::json;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
-use super::linalg::cholesky_solve;
-use super::{
-    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
-};
 use crate::accountant::PrivacyEvent;
 use crate::data::{Compressed, Interactions, RatingScale, Ratings};
 use crate::ldp::RatingPerturber;
+use crate::numerics::linalg::cholesky_solve;
 use crate::rng::DpRng;
+use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
+use crate::train::{
+    FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
+};
 
 /// The client perturbation played by the trainer in evaluation (`eps` set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl BlpMogMf {
             "bounded-laplace" | "blp" => Simulated::BoundedLaplace,
             "laplace" => Simulated::ClampedLaplace,
             other => {
-                return Err(super::ParamError::Invalid {
+                return Err(crate::train::ParamError::Invalid {
                     key: "mechanism".into(),
                     reason: format!("{other:?} is not bounded-laplace or laplace"),
                 }

@@ -68,12 +68,12 @@ use rayon::prelude::*;
 
 use crate::accountant::PrivacyEvent;
 use crate::data::{Compressed, RatingScale, Ratings};
+use crate::numerics::linalg::cholesky_solve;
 use crate::privacy::{self, Threshold};
 use crate::train::charges::{
     largest_per_user, MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges,
     UserCharge,
 };
-use crate::train::linalg::cholesky_solve;
 use crate::train::{ParamError, TrainError};
 
 /// Gradient norm at which the Newton solve stops (the returned `v_j` is the minimiser of

@@ -1,9 +1,9 @@
 //! Biases-only baseline: r_ui ~ mu + b_u + b_i, fitted by alternating closed-form
 //! ridge updates (the "BaselineOnly" of Koren 2010 / Surprise, ALS flavour).
 
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::data::Interactions;
 use crate::rng::DpRng;
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 #[derive(Debug, Clone)]
 pub struct Baseline {

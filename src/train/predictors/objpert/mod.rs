@@ -9,7 +9,7 @@
 //!   log-cosh loss, and the Jacobian term `ln(1 + 1/lambda_v)` is charged.
 //! - [`paper`]: `paper-pdp-pmf` / `paper-dp-pmf`, faithful to the paper's Algorithms 1-2
 //!   (non-private U, eta resampled each iteration, `Delta = r_max - r_min`), labelled
-//!   [`PAPER_FAITHFUL`](super::charges::PAPER_FAITHFUL), [`Guarantee::PaperClaimed`].
+//!   [`PAPER_FAITHFUL`](crate::train::charges::PAPER_FAITHFUL), [`Guarantee::PaperClaimed`].
 //!
 //! The claim, proof sketch and tests are in `docs/privacy/pdp-pmf.md`.
 
@@ -27,10 +27,10 @@ use ndarray::{Array1, Array2};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use crate::accountant::PrivacyEvent;
 use crate::privacy::Threshold;
 use crate::rng::DpRng;
+use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use step::invalid;
 
 /// The paper's privacy-preference generator (section 6.1): a record is conservative with

@@ -13,8 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ranker::SimilarBasis;
-use super::Ranker;
+use crate::train::ranker::SimilarBasis;
+use crate::train::Ranker;
 
 /// How candidate items are scored from the user's row.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -292,8 +292,8 @@ impl Ranker for ItemRanker {
             && own.iter().any(|&(j, _)| self.position(j).is_some())
     }
 
-    fn stored(&self) -> Option<super::ranker::StoredRanker> {
-        Some(super::ranker::StoredRanker::Item {
+    fn stored(&self) -> Option<crate::train::ranker::StoredRanker> {
+        Some(crate::train::ranker::StoredRanker::Item {
             model: self.clone(),
         })
     }
@@ -425,7 +425,7 @@ mod tests {
             0.5,
         );
         let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
-        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         let own = [(3, 4.0), (1, 2.0)];
@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(back.popularity_counts().unwrap(), vec![9.0, 0.0, 0.0, 7.0]);
         let bad = json.replace("[0.5,-1.0,2.0,0.25]", "[0.5,-1.0,2.0]");
         assert_ne!(bad, json);
-        assert!(serde_json::from_str::<super::super::StoredRanker>(&bad).is_err());
+        assert!(serde_json::from_str::<crate::train::StoredRanker>(&bad).is_err());
     }
 
     /// Neighbours are the cosine of the Gram's rows, best first, the item itself left
@@ -489,12 +489,12 @@ mod tests {
         assert_eq!(list, vec![(5, nb.scores[4])]);
         assert!(r.similar(0, 3).is_none(), "not a candidate");
         let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
-        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         assert_eq!(back.similar(7, 5), r.similar(7, 5));
         let bad = json.replace("\"per_item\":2", "\"per_item\":3");
-        assert!(serde_json::from_str::<super::super::StoredRanker>(&bad).is_err());
+        assert!(serde_json::from_str::<crate::train::StoredRanker>(&bad).is_err());
     }
 
     #[test]
@@ -527,7 +527,7 @@ mod tests {
             r.score_items(None, own, &mut s);
             let mut ex = vec![false; 6];
             own.iter().for_each(|&(j, _)| ex[j] = true);
-            super::super::ranker::top_k(&s, &ex, 10)
+            crate::train::ranker::top_k(&s, &ex, 10)
         };
         let proj = ItemScorer::Projection {
             d: 1,
@@ -547,7 +547,7 @@ mod tests {
         assert_eq!(top(&old, &[]), vec![1, 3]);
         // The stored form keeps the counts.
         let json = serde_json::to_string(&one.stored().unwrap()).unwrap();
-        let back = serde_json::from_str::<super::super::StoredRanker>(&json)
+        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         assert_eq!(back.popularity_counts().unwrap(), fill);

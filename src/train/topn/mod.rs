@@ -1,0 +1,7 @@
+//! Top-N rankers: `dp-topn` (DP counts, DP candidates, DP Gram of clipped user rows),
+//! the item-side ranking models it serves, and the reference rankers (popularity, DP
+//! popularity, EASE) every served list is judged against.
+
+pub mod dp_topn;
+pub mod item_ranker;
+pub mod references;
