@@ -117,7 +117,7 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
         };
         d.push(RatingBudget {
             id: k,
-            user: format!("u{}", k % 4),
+            user: format!("u{}", k % 4).into(),
             eps,
             spent: 0.0,
             rho: 0.0,
@@ -133,7 +133,7 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
             let users_in: BTreeSet<String> = p
                 .admitted
                 .iter()
-                .map(|a| data[a.index].user.clone())
+                .map(|a| data[a.index].user.to_string())
                 .collect();
             out.push((admitted_ids(&data, &p), users_in));
             for (u, c) in charge(&params, &p) {
@@ -229,7 +229,7 @@ fn default_config_gives_every_user_all_planned_releases() {
     let mut data: Vec<RatingBudget> = (0..40i64)
         .map(|k| RatingBudget {
             id: k,
-            user: format!("u{}", k % 5),
+            user: format!("u{}", k % 5).into(),
             eps: prefs[k as usize % prefs.len()],
             spent: 0.0,
             rho: 0.0,

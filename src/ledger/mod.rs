@@ -8,7 +8,7 @@
 //! stored state; its SQL lives with the store (`crate::store::commit_release`).
 //! The semantics are written down in docs/LEDGER.md.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::accountant::{
     compose_events, default_orders, AccountantError, PrivacyEvent, RdpCurve, RenyiFilter,
@@ -229,11 +229,35 @@ pub fn user_cost(events: &[PrivacyEvent]) -> Result<RdpCurve, AccountantError> {
     compose_events(events, &default_orders())
 }
 
+/// What the planner reads of a rating: its user and its budget (no value needed to plan).
+/// The store's snapshot rows implement it, so a release plans without a copy of them.
+pub trait PlannedRating {
+    fn user(&self) -> &str;
+    fn eps(&self) -> f64;
+    fn spent(&self) -> f64;
+    fn rho(&self) -> f64;
+}
+
+impl PlannedRating for RatingBudget {
+    fn user(&self) -> &str {
+        &self.user
+    }
+    fn eps(&self) -> f64 {
+        self.eps
+    }
+    fn spent(&self) -> f64 {
+        self.spent
+    }
+    fn rho(&self) -> f64 {
+        self.rho
+    }
+}
+
 /// A rating as the planner sees it (no value needed to plan).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RatingBudget {
     pub id: i64,
-    pub user: String,
+    pub user: std::sync::Arc<str>,
     pub eps: f64,
     /// Pure spend (see [`rating_loss`]).
     pub spent: f64,
@@ -334,20 +358,23 @@ pub struct PlanParams {
 ///    of any other rating or user (DESIGN 3; issue 8, finding 2). Users whose filter is
 ///    full are left out with their ratings (skipped for non-private releases, which
 ///    charge nothing). The commit re-checks the filter with the charges actually made.
-pub fn plan(
+pub fn plan<R: PlannedRating>(
     params: &PlanParams,
-    ratings: &[RatingBudget],
+    ratings: &[R],
     users: &BTreeMap<String, UserBudget>,
 ) -> Plan {
     let mut out = Plan::default();
-    let mut by_user: BTreeMap<&str, Vec<Admitted>> = BTreeMap::new();
-    let mut loss_of: std::collections::HashMap<(u64, u64), f64> = Default::default();
+    // Ratings with a share, in input order, each with its user's index in `names`: one
+    // flat list (no per-user lists: a snapshot may hold tens of millions of ratings).
+    let mut names: HashMap<&str, u32> = HashMap::new();
+    let mut user_of: Vec<u32> = Vec::new();
+    let mut loss_of: HashMap<(u64, u64), f64> = HashMap::new();
     for (index, r) in ratings.iter().enumerate() {
         // Most ratings share the same (spent, rho): convert each pair once.
         let loss = *loss_of
-            .entry((r.spent.to_bits(), r.rho.to_bits()))
-            .or_insert_with(|| rating_loss(r.spent, r.rho));
-        match release_share(params.policy, r.eps, loss, params.min_release_eps) {
+            .entry((r.spent().to_bits(), r.rho().to_bits()))
+            .or_insert_with(|| rating_loss(r.spent(), r.rho()));
+        match release_share(params.policy, r.eps(), loss, params.min_release_eps) {
             None => out.ratings_exhausted += 1,
             Some(share) => {
                 let popularity = share >= 2.0 * params.popularity_eps;
@@ -356,19 +383,19 @@ pub fn plan(
                 } else {
                     share
                 };
-                by_user.entry(&r.user).or_default().push(Admitted {
+                let next = names.len() as u32;
+                user_of.push(*names.entry(r.user()).or_insert(next));
+                out.admitted.push(Admitted {
                     index,
                     share,
                     popularity,
                     train_budget,
-                    rho: r.rho,
+                    rho: r.rho(),
                 });
             }
         }
     }
     if !params.check_user_filter {
-        out.admitted.extend(by_user.into_values().flatten());
-        out.admitted.sort_by_key(|a| a.index);
         return out;
     }
     // The same constant for every user: nothing about the user's ratings enters. Every
@@ -377,31 +404,33 @@ pub fn plan(
     // is charged, and so (at the end of the lifetime) whether the user's other ratings
     // are used later (docs/LEDGER.md, "The user-level event").
     let events: Vec<PrivacyEvent> = params.user_event.iter().cloned().collect();
+    let mut keep = vec![false; names.len()];
     for (user, budget) in users {
         match budget.admits(&events).map_err(|e| e.to_string()) {
             Ok(true) => {
                 out.users_charged.push(user.clone());
-                out.admitted
-                    .extend(by_user.remove(user.as_str()).unwrap_or_default());
+                if let Some(&u) = names.get(user.as_str()) {
+                    keep[u as usize] = true;
+                }
             }
             Ok(false) => {
-                by_user.remove(user.as_str());
                 out.users_excluded
                     .insert(user.clone(), Exclusion::UserFilterFull);
             }
             Err(e) => {
-                by_user.remove(user.as_str());
                 out.users_excluded
                     .insert(user.clone(), Exclusion::UserInvalid(e));
             }
         }
     }
     // Ratings of users the store does not know (no budget): left out.
-    for user in by_user.into_keys() {
+    for name in names.keys().filter(|n| !users.contains_key(**n)) {
         out.users_excluded
-            .insert(user.to_string(), Exclusion::UserInvalid("no budget".into()));
+            .insert(name.to_string(), Exclusion::UserInvalid("no budget".into()));
     }
-    out.admitted.sort_by_key(|a| a.index);
+    let mut user = user_of.into_iter();
+    out.admitted
+        .retain(|_| user.next().is_some_and(|u| keep[u as usize]));
     out
 }
 

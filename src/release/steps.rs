@@ -104,7 +104,7 @@ pub fn admit(
         user_event: user_event.clone(),
         check_user_filter: private,
     };
-    let plan = plan(&params, &snap.budgets(), &snap.users);
+    let plan = plan(&params, &snap.ratings, &snap.users);
     // A proven release runs even when no rating is admitted: it is a DP release of noise
     // that charges no rating (registered users with a live budget are charged its
     // user-level event, as on every release: ledger::plan). Skipping it would publish
@@ -183,13 +183,13 @@ pub struct TrainingSet {
 
 /// Step 2: the training set of an admission.
 pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, ReleaseError> {
-    let mut user_ids: Vec<String> = plan
+    // The distinct users, sorted (a set of shared ids: one entry per user, not per rating).
+    let distinct: std::collections::BTreeSet<&str> = plan
         .admitted
         .iter()
-        .map(|a| snap.ratings[a.index].user.clone())
+        .map(|a| &*snap.ratings[a.index].user)
         .collect();
-    user_ids.sort();
-    user_ids.dedup();
+    let user_ids: Vec<String> = distinct.into_iter().map(str::to_owned).collect();
     let mut users = IdMap::new();
     for u in &user_ids {
         users.intern(u);

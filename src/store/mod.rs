@@ -41,7 +41,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
 use crate::accountant::RdpCurve;
-use crate::ledger::{RatingBudget, UserBudget};
+use crate::ledger::{PlannedRating, UserBudget};
 
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
@@ -104,8 +104,11 @@ pub struct Defaults {
 #[derive(Debug, Clone)]
 pub struct RatingRow {
     pub id: i64,
-    pub user: String,
-    pub item: String,
+    /// Shared with every other rating of the user (one allocation per user, not per
+    /// rating: a snapshot holds every live rating).
+    pub user: Arc<str>,
+    /// Shared with every other rating of the item.
+    pub item: Arc<str>,
     pub value: f64,
     pub eps: f64,
     pub spent: f64,
@@ -124,18 +127,18 @@ pub struct Snapshot {
     pub items: Vec<String>,
 }
 
-impl Snapshot {
-    pub fn budgets(&self) -> Vec<RatingBudget> {
-        self.ratings
-            .iter()
-            .map(|r| RatingBudget {
-                id: r.id,
-                user: r.user.clone(),
-                eps: r.eps,
-                spent: r.spent,
-                rho: r.rho,
-            })
-            .collect()
+impl PlannedRating for RatingRow {
+    fn user(&self) -> &str {
+        &self.user
+    }
+    fn eps(&self) -> f64 {
+        self.eps
+    }
+    fn spent(&self) -> f64 {
+        self.spent
+    }
+    fn rho(&self) -> f64 {
+        self.rho
     }
 }
 

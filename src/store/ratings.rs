@@ -1,6 +1,9 @@
 //! Ratings, users and their settings, the training snapshot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use futures_util::TryStreamExt;
 
 use sqlx::Row;
 
@@ -290,29 +293,32 @@ impl Store {
         Ok(users)
     }
 
-    /// Live ratings of live users, their budgets, and the item catalogue.
+    /// Live ratings of live users, their budgets, and the item catalogue. The rows are
+    /// streamed (not buffered as a result set) and each user and item id is allocated
+    /// once, so the snapshot's memory is the ratings' numbers plus the distinct ids.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let rows = sqlx::query(
+        let mut rows = sqlx::query(
             "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho, r.origin \
              FROM ratings r \
              JOIN users u ON u.id = r.user_id \
              WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
         )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut ratings = Vec::with_capacity(rows.len());
-        for r in &rows {
+        .fetch(&self.pool);
+        let (mut user_ids, mut item_ids) = (Interner::default(), Interner::default());
+        let mut ratings = Vec::new();
+        while let Some(r) = rows.try_next().await? {
             ratings.push(RatingRow {
                 id: r.try_get(0)?,
-                user: r.try_get(1)?,
-                item: r.try_get(2)?,
+                user: user_ids.get(r.try_get(1)?),
+                item: item_ids.get(r.try_get(2)?),
                 value: r.try_get(3)?,
                 eps: r.try_get(4)?,
                 spent: r.try_get(5)?,
                 rho: r.try_get(6)?,
-                ldp: r.try_get::<String, _>(7)? == "ldp",
+                ldp: r.try_get::<&str, _>(7)? == "ldp",
             });
         }
+        drop(rows);
         let users = self.user_budgets().await?;
         let items = sqlx::query("SELECT id FROM items ORDER BY id")
             .fetch_all(&self.pool)
@@ -325,6 +331,21 @@ impl Store {
             users,
             items,
         })
+    }
+}
+
+/// One shared allocation per distinct id (a snapshot names each user and item many times).
+#[derive(Default)]
+struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, id: &str) -> Arc<str> {
+        if let Some(k) = self.0.get(id) {
+            return k.clone();
+        }
+        let k: Arc<str> = Arc::from(id);
+        self.0.insert(k.clone());
+        k
     }
 }
 

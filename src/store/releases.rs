@@ -156,8 +156,8 @@ impl Store {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RatingChargeRow {
     pub rating_id: i64,
-    pub user: String,
-    pub item: String,
+    pub user: std::sync::Arc<str>,
+    pub item: std::sync::Arc<str>,
     /// Pure eps the trainer charged.
     pub eps_train: f64,
     pub eps_popularity: f64,
@@ -684,8 +684,8 @@ async fn charge_ratings(
         q = q
             .bind(release_id)
             .bind(c.rating_id)
-            .bind(&c.user)
-            .bind(&c.item)
+            .bind(&*c.user)
+            .bind(&*c.item)
             .bind(c.eps_train)
             .bind(c.eps_popularity)
             .bind(*increment)
