@@ -46,21 +46,35 @@ pub(super) async fn check_pairs(tx: &mut Tx, rows: &[&NewRating]) -> Result<(), 
                 .get(&(user.as_str(), item.as_str()))
                 .copied()
                 .unwrap_or(false);
-            if origin == "ldp" {
-                return Err(StoreError::Conflict(format!(
-                    "user {user:?} already sent item {item:?} as a locally perturbed rating; \
-                     LDP ratings cannot be re-rated"
-                )));
-            }
-            if ldp_new {
-                return Err(StoreError::Conflict(format!(
-                    "user {user:?} already has a rating of item {item:?}; a rating cannot \
-                     become locally perturbed"
-                )));
+            if let Some(e) = pair_conflict(&user, &item, &origin, ldp_new) {
+                return Err(e);
             }
         }
     }
     Ok(())
+}
+
+/// The conflict, if any, of a stored pair (`origin`) with the batch's rating of it
+/// (`ldp_new`: sent as LDP); shared by both backends' checks so they fail alike.
+pub(super) fn pair_conflict(
+    user: &str,
+    item: &str,
+    origin: &str,
+    ldp_new: bool,
+) -> Option<StoreError> {
+    if origin == "ldp" {
+        return Some(StoreError::Conflict(format!(
+            "user {user:?} already sent item {item:?} as a locally perturbed rating; \
+             LDP ratings cannot be re-rated"
+        )));
+    }
+    if ldp_new {
+        return Some(StoreError::Conflict(format!(
+            "user {user:?} already has a rating of item {item:?}; a rating cannot \
+             become locally perturbed"
+        )));
+    }
+    None
 }
 
 /// Charges every user with new LDP ratings the composition of their local eps (unit: the

@@ -1,8 +1,9 @@
 //! Persistent state on SQLite (embedded default) or PostgreSQL, through sqlx's `Any`
 //! driver so both backends run the same queries (`$N` placeholders work on both).
 //!
-//! Dialect differences are confined to the migrations (`migrations/{sqlite,postgres}`)
-//! and to the locking of [`Store::begin_exclusive`].
+//! Dialect differences are confined to the migrations (`migrations/{sqlite,postgres}`),
+//! to the locking of [`Store::begin_exclusive`], and to rating ingestion, which on
+//! PostgreSQL binds whole columns as arrays (`ratings_pg`) instead of chunked rows.
 
 mod audit;
 mod catalogue;
@@ -12,6 +13,7 @@ mod ldp;
 mod migrations;
 pub mod private_gd;
 mod ratings;
+mod ratings_pg;
 mod releases;
 
 /// A database URL with its credentials hidden, for logs and error messages.

@@ -1,6 +1,6 @@
 //! Ratings, users and their settings, the training snapshot.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use futures_util::TryStreamExt;
@@ -8,8 +8,8 @@ use futures_util::TryStreamExt;
 use sqlx::Row;
 
 use super::{
-    curve_json, now_ms, parse_curve, Defaults, NewRating, RatingRow, Snapshot, Store, StoreCounts,
-    StoreError, Tx, UserRow,
+    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, RatingRow, Snapshot, Store,
+    StoreCounts, StoreError, Tx, UserRow,
 };
 use crate::accountant::RdpCurve;
 use crate::ledger::UserBudget;
@@ -36,88 +36,25 @@ impl Store {
     /// value and keeps the budget slot (eps_ij, spent, releases). Locally perturbed
     /// ratings (`ldp`) are stored as origin `ldp`, fully spent, and charged to their
     /// user's RDP ledger in the same transaction (`store::ldp`). Returns the number of
-    /// new ratings.
+    /// new ratings. The checks and writes run as chunked multi-row statements on SQLite
+    /// and as one array-bound statement each on PostgreSQL (`store::ratings_pg`), with
+    /// the same results, errors and lock order.
     pub async fn upsert_ratings(
         &self,
         batch: &[NewRating],
         defaults: Defaults,
     ) -> Result<usize, StoreError> {
         let now = now_ms();
-        // A pair rated twice in one batch: the last value wins, as if sent one by one
-        // (a multi-row upsert may touch each row once).
-        let mut last: BTreeMap<(&str, &str), &NewRating> = BTreeMap::new();
-        for r in batch {
-            last.insert((r.user.as_str(), r.item.as_str()), r);
-        }
-        let rows: Vec<&NewRating> = last.into_values().collect();
-        let users: Vec<&str> = {
-            let set: std::collections::BTreeSet<&str> =
-                rows.iter().map(|r| r.user.as_str()).collect();
-            set.into_iter().collect()
-        };
-        let items: Vec<&str> = {
-            let set: std::collections::BTreeSet<&str> =
-                rows.iter().map(|r| r.item.as_str()).collect();
-            set.into_iter().collect()
-        };
-        // A new user's consumed curve is stored as '' (read back as the zero curve by
-        // `parse_curve`) instead of 156 zeros of JSON per row.
-        let zero = "";
+        let batch = Batch::new(batch);
         // In the writers' queue, then holding SQLite's write lock from the first statement:
         // never behind a whole release, and never failing at once on a busy database.
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
-        // Items are registered, never created by a rating (issue 8 finding 1).
-        super::catalogue::require_registered(&mut tx, &items).await?;
-        super::ldp::check_pairs(&mut tx, &rows).await?;
-        // Multi-row statements, a few hundred rows each (well under both backends'
-        // bind-parameter limits): one round trip per chunk instead of one per rating.
-        let user_default = upsert_users(&mut tx, &users, defaults, zero, now).await?;
-        let mut created = 0;
-        for chunk in rows.chunks(UPSERT_CHUNK) {
-            let sql = format!(
-                "INSERT INTO ratings (user_id, item_id, value, eps, spent, releases, origin, \
-                 created_at, updated_at) VALUES {} \
-                 ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
-                 updated_at = excluded.updated_at RETURNING created_at",
-                placeholders(chunk.len(), 7, |b| {
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, 0, ${}, ${}, ${})",
-                        b,
-                        b + 1,
-                        b + 2,
-                        b + 3,
-                        b + 4,
-                        b + 5,
-                        b + 6,
-                        b + 6
-                    )
-                })
-            );
-            let mut q = sqlx::query(&sql);
-            for r in chunk {
-                let eps = r
-                    .eps
-                    .or(user_default.get(r.user.as_str()).copied().flatten())
-                    .unwrap_or(defaults.rating_eps);
-                let (origin, spent) = super::ldp::origin_and_spent(r, eps);
-                q = q
-                    .bind(&r.user)
-                    .bind(&r.item)
-                    .bind(r.value)
-                    .bind(eps)
-                    .bind(spent)
-                    .bind(origin)
-                    .bind(now);
-            }
-            for row in q.fetch_all(&mut *tx).await? {
-                let created_at: i64 = row.try_get(0)?;
-                if created_at == now {
-                    created += 1;
-                }
-            }
-        }
-        super::ldp::charge_users(&mut tx, &rows, self.for_update()).await?;
+        let created = match self.backend {
+            Backend::Sqlite => upsert_sqlite(&mut tx, &batch, defaults, now).await?,
+            Backend::Postgres => upsert_postgres(&mut tx, &batch, defaults, now).await?,
+        };
+        super::ldp::charge_users(&mut tx, &batch.rows, self.for_update()).await?;
         tx.commit().await?;
         Ok(created)
     }
@@ -347,6 +284,127 @@ impl Interner {
         self.0.insert(k.clone());
         k
     }
+}
+
+/// A batch as both backends write it: one row per (user, item) pair, sorted by pair,
+/// and its distinct users and items, sorted.
+struct Batch<'a> {
+    rows: Vec<&'a NewRating>,
+    users: Vec<&'a str>,
+    items: Vec<&'a str>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(batch: &'a [NewRating]) -> Self {
+        // A pair rated twice in one batch: the last value wins, as if sent one by one
+        // (a multi-row upsert may touch each row once).
+        let mut last: BTreeMap<(&str, &str), &NewRating> = BTreeMap::new();
+        for r in batch {
+            last.insert((r.user.as_str(), r.item.as_str()), r);
+        }
+        let rows: Vec<&NewRating> = last.into_values().collect();
+        let users: BTreeSet<&str> = rows.iter().map(|r| r.user.as_str()).collect();
+        let items: BTreeSet<&str> = rows.iter().map(|r| r.item.as_str()).collect();
+        Self {
+            rows,
+            users: users.into_iter().collect(),
+            items: items.into_iter().collect(),
+        }
+    }
+}
+
+/// A new user's consumed curve is stored as '' (read back as the zero curve by
+/// `parse_curve`) instead of 156 zeros of JSON per row.
+const ZERO_CURVE: &str = "";
+
+/// A new rating's `(eps, spent, origin)`: its own eps, else its user's default, else the
+/// service default; LDP ratings fully spent (`ldp::origin_and_spent`).
+fn resolve(
+    r: &NewRating,
+    user_default: &BTreeMap<String, Option<f64>>,
+    defaults: Defaults,
+) -> (f64, f64, &'static str) {
+    let eps = r
+        .eps
+        .or(user_default.get(r.user.as_str()).copied().flatten())
+        .unwrap_or(defaults.rating_eps);
+    let (origin, spent) = super::ldp::origin_and_spent(r, eps);
+    (eps, spent, origin)
+}
+
+/// SQLite's path: multi-row statements of [`UPSERT_CHUNK`] rows (well under the
+/// bind-parameter limit): one round trip per chunk instead of one per rating.
+async fn upsert_sqlite(
+    tx: &mut Tx,
+    batch: &Batch<'_>,
+    defaults: Defaults,
+    now: i64,
+) -> Result<usize, StoreError> {
+    // Items are registered, never created by a rating (issue 8 finding 1).
+    super::catalogue::require_registered(tx, &batch.items).await?;
+    super::ldp::check_pairs(tx, &batch.rows).await?;
+    let user_default = upsert_users(tx, &batch.users, defaults, ZERO_CURVE, now).await?;
+    let mut created = 0;
+    for chunk in batch.rows.chunks(UPSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO ratings (user_id, item_id, value, eps, spent, releases, origin, \
+             created_at, updated_at) VALUES {} \
+             ON CONFLICT (user_id, item_id) DO UPDATE SET value = excluded.value, \
+             updated_at = excluded.updated_at RETURNING created_at",
+            placeholders(chunk.len(), 7, |b| {
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, 0, ${}, ${}, ${})",
+                    b,
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 6
+                )
+            })
+        );
+        let mut q = sqlx::query(&sql);
+        for r in chunk {
+            let (eps, spent, origin) = resolve(r, &user_default, defaults);
+            q = q
+                .bind(&r.user)
+                .bind(&r.item)
+                .bind(r.value)
+                .bind(eps)
+                .bind(spent)
+                .bind(origin)
+                .bind(now);
+        }
+        for row in q.fetch_all(&mut **tx).await? {
+            let created_at: i64 = row.try_get(0)?;
+            if created_at == now {
+                created += 1;
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// PostgreSQL's path: the same steps in the same order, each one array-bound statement
+/// (`store::ratings_pg`), so a batch is four round trips whatever its size.
+async fn upsert_postgres(
+    tx: &mut Tx,
+    batch: &Batch<'_>,
+    defaults: Defaults,
+    now: i64,
+) -> Result<usize, StoreError> {
+    use super::ratings_pg as pg;
+    pg::require_registered(tx, &batch.items).await?;
+    pg::check_pairs(tx, &batch.rows).await?;
+    let user_default = pg::upsert_users(tx, &batch.users, defaults, ZERO_CURVE, now).await?;
+    let resolved: Vec<_> = batch
+        .rows
+        .iter()
+        .map(|r| resolve(r, &user_default, defaults))
+        .collect();
+    pg::insert_ratings(tx, &batch.rows, &resolved, now).await
 }
 
 /// Creates missing users (and revives deleted ones) with the default budgets; returns

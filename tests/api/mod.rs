@@ -8,6 +8,7 @@ mod fake;
 
 mod admin;
 mod auth;
+mod bulk_ingest;
 mod catalogue;
 mod hardening;
 mod health;
