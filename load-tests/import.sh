@@ -29,45 +29,16 @@ if [[ -z "$BIN" ]]; then
     [[ -x "$BIN" ]] || cargo build --release --quiet --bin dprec
 fi
 WORK=$(mktemp -d)
-PID=""
-PGDB=""
-cleanup() {
-    if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-    if [[ -n "$PGDB" ]]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $PGDB" >/dev/null || true; fi
-    PID=""; PGDB=""
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT
+# shellcheck source=lib.sh
+. load-tests/lib.sh
+trap 'svc_stop; rm -rf "$WORK"' EXIT
 ADMIN=import-admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 for run in $(seq 1 "$RUNS"); do
     PORT=$((20000 + RANDOM % 20000))
     BASE=http://127.0.0.1:$PORT
-    if [[ "$BACKEND" == postgres ]]; then
-        PGDB=dprec_import_$$_$run
-        psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $PGDB" >/dev/null
-        DB_URL="postgres://postgres@127.0.0.1:5432/$PGDB"
-    else
-        rm -f "$WORK"/dprec.sqlite*
-        DB_URL="sqlite://$WORK/dprec.sqlite"
-    fi
-    cat > "$WORK/dprec.toml" <<TOML
-[server]
-bind = "127.0.0.1:$PORT"
-[database]
-url = "$DB_URL"
-[auth]
-mode = "keys"
-[[auth.keys]]
-key = "$ADMIN"
-role = "admin"
-[scheduler]
-enabled = false
-TOML
-    "$BIN" serve --config "$WORK/dprec.toml" > "$WORK/serve.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 1 100); do curl -sf "$BASE/readyz" >/dev/null && break; sleep 0.1; done
-    curl -sf "$BASE/readyz" >/dev/null || { cat "$WORK/serve.log" >&2; exit 1; }
+    svc_start "$BACKEND" "dprec_import_$run"
     OUT=$("$BIN" import --url "$BASE" --api-key "$ADMIN" --eps 1.0 "$DATA" 2>&1 | tail -1)
     echo "$BACKEND run $run: $OUT"
-    cleanup
+    svc_stop
 done

@@ -58,14 +58,9 @@ WORK=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
 BASE=http://127.0.0.1:$PORT
 ADMIN=load-admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-PGDB=""
-PID=""
-cleanup() {
-    if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-    if [[ -n "$PGDB" ]]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $PGDB WITH (FORCE)" >/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. load-tests/lib.sh
+trap 'svc_stop; rm -rf "$WORK"' EXIT
 
 case "$DATA" in
     ml100k)
@@ -80,30 +75,7 @@ case "$DATA" in
     *) echo "--data ml100k|synth1m" >&2; exit 2 ;;
 esac
 
-if [[ "$BACKEND" == postgres ]]; then
-    PGDB=dprec_mixed_$$
-    psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $PGDB" >/dev/null
-    DB_URL="postgres://postgres@127.0.0.1:5432/$PGDB"
-else
-    DB_URL="sqlite://$WORK/dprec.sqlite"
-fi
-cat > "$WORK/dprec.toml" <<TOML
-[server]
-bind = "127.0.0.1:$PORT"
-[database]
-url = "$DB_URL"
-[auth]
-mode = "keys"
-[[auth.keys]]
-key = "$ADMIN"
-role = "admin"
-[scheduler]
-enabled = false
-TOML
-RUST_LOG=${RUST_LOG:-warn} "$BIN" serve --config "$WORK/dprec.toml" > "$WORK/serve.log" 2>&1 &
-PID=$!
-for _ in $(seq 1 100); do curl -sf "$BASE/readyz" >/dev/null && break; sleep 0.1; done
-curl -sf "$BASE/readyz" >/dev/null || { cat "$WORK/serve.log" >&2; exit 1; }
+RUST_LOG=${RUST_LOG:-warn} svc_start "$BACKEND" dprec_mixed
 
 echo "== $BACKEND: import $DATA through the API" >&2
 "$BIN" import --url "$BASE" --api-key "$ADMIN" --eps 1.0 "$DATADIR" 2>&1 | tail -1 >&2
