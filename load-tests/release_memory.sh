@@ -3,14 +3,17 @@
 # snapshot read, training set, fit, charges, commit. Prints the release's wall time (the
 # job's own start and finish) and the serve process's peak RSS (VmHWM) before and after it.
 #
-#   load-tests/release_memory.sh prepare --bin PATH --store DIR [--preset ml20m] [--ratings N]
-#   load-tests/release_memory.sh release --bin PATH --store DIR
+#   load-tests/release_memory.sh prepare --bin PATH --store DIR [--pg DB] [--preset ml20m] [--ratings N]
+#   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB]
 #
 # prepare  generates `dprec synth --preset P` (all its ratings, or N) and imports it through
-#          the API into a fresh SQLite store in DIR (DIR/dprec.sqlite, its admin key in
-#          DIR/admin.key; 20 min for 20M here with two builds running);
-# release  copies DIR/dprec.sqlite to a scratch file (so two binaries can be compared on the
-#          same store), starts `dprec serve` on it, runs one admin release and reports.
+#          the API into a fresh store: SQLite DIR/dprec.sqlite, or with --pg the PostgreSQL
+#          database DB at 127.0.0.1:5432 (dropped and created); the admin key is kept in
+#          DIR/admin.key (SQLite: 20-24 min for 20M here with builds running);
+# release  copies the store to a scratch one (SQLite: a file copy; PostgreSQL: CREATE
+#          DATABASE ... TEMPLATE DB), so two binaries can be compared on the same data,
+#          starts `dprec serve` on it, runs one admin release and reports. The peak RSS is
+#          the service's; PostgreSQL's own processes are not counted.
 # Compare two builds in one run: `release --bin A` then `release --bin B` on the same DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +24,14 @@ bin="$root/target/release/dprec"
 store=""
 preset=ml20m
 ratings=""
+pg=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(realpath "$2"); shift 2 ;;
         --store) store=$2; shift 2 ;;
         --preset) preset=$2; shift 2 ;;
         --ratings) ratings=$2; shift 2 ;;
+        --pg) pg=$2; shift 2 ;;
         *) echo "release_memory: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -41,9 +46,16 @@ export DPREC_SCHEDULER__ENABLED=false
 # The ML-20M presets rate in half stars from 0.5.
 export DPREC_RATINGS__MIN=0.5
 
-# Starts the service on the SQLite file $1; sets $server, $B and $admin.
+pg_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
+psql_admin() { psql -q -h 127.0.0.1 -U postgres -d postgres -c "$1" >/dev/null; }
+scratch_db=""
+drop_scratch_db() {
+    [ -n "$scratch_db" ] && psql_admin "DROP DATABASE IF EXISTS $scratch_db WITH (FORCE)" || true
+}
+
+# Starts the service on the database URL $1; sets $server, $B and $admin.
 start() {
-    DATABASE_URL="sqlite://$1" "$bin" serve --bind 127.0.0.1:0 2>"$scratch/serve.log" &
+    DATABASE_URL="$1" "$bin" serve --bind 127.0.0.1:0 2>"$scratch/serve.log" &
     server=$!
     local port
     port=$(wait_for_port "$scratch/serve.log")
@@ -58,20 +70,33 @@ hwm() { grep VmHWM "/proc/$server/status" | awk '{print $2}'; }
 
 case "$cmd" in
     prepare)
-        rm -f "$store/dprec.sqlite"*
         csv="$scratch/synth.csv"
         "$bin" synth --preset "$preset" ${ratings:+--ratings "$ratings"} --out "$csv"
-        start "$store/dprec.sqlite"
+        if [ -n "$pg" ]; then
+            psql_admin "DROP DATABASE IF EXISTS $pg WITH (FORCE)"
+            psql_admin "CREATE DATABASE $pg"
+            start "$(pg_url "$pg")"
+        else
+            rm -f "$store/dprec.sqlite"*
+            start "sqlite://$store/dprec.sqlite"
+        fi
         t0=$(date +%s.%N)
         "$bin" import --url "$B" --api-key "$admin" "$csv"
         t1=$(date +%s.%N)
         echo "prepare: $(($(wc -l <"$csv") - 1)) ratings imported in $(echo "$t1 - $t0" | bc) s"
         ;;
     release)
-        [ -f "$store/dprec.sqlite" ] || { echo "release_memory: run prepare first" >&2; exit 2; }
-        # With its write-ahead log: what was committed last may be only there.
-        for f in "$store"/dprec.sqlite*; do cp "$f" "$scratch/"; done
-        start "$scratch/dprec.sqlite"
+        [ -f "$store/admin.key" ] || { echo "release_memory: run prepare first" >&2; exit 2; }
+        if [ -n "$pg" ]; then
+            scratch_db="${pg}_scratch_$$"
+            trap 'drop_scratch_db; scratch_cleanup' EXIT
+            psql_admin "CREATE DATABASE $scratch_db TEMPLATE $pg"
+            start "$(pg_url "$scratch_db")"
+        else
+            # With its write-ahead log: what was committed last may be only there.
+            for f in "$store"/dprec.sqlite*; do cp "$f" "$scratch/"; done
+            start "sqlite://$scratch/dprec.sqlite"
+        fi
         before=$(hwm)
         t0=$(date +%s.%N)
         answer=$(curl -s -X POST "$B/v1/admin/retrain" -H "Authorization: Bearer $admin")
@@ -86,6 +111,8 @@ case "$cmd" in
         echo "binary:   $bin"
         echo "release:  $(echo "$t1 - $t0" | bc) s wall (request to finished job, polled every 0.5 s)"
         echo "peak RSS: $before kB after start-up, $(hwm) kB after the release (VmHWM)"
+        # The commit logs its ledger transactions (count, total and longest time).
+        grep -Eo 'release [0-9]+: [0-9]+ rating and [0-9]+ user charges committed.*' "$scratch/serve.log" | sed 's/^/ledger:   /' || true
         ;;
     *) echo "usage: release_memory.sh prepare|release --bin PATH --store DIR" >&2; exit 2 ;;
 esac

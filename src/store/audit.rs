@@ -2,7 +2,9 @@
 
 use sqlx::Row;
 
-use super::{ReleaseRow, Store, StoreError};
+use std::collections::BTreeMap;
+
+use super::{id_runs, ReleaseRow, Store, StoreError};
 
 /// A rating's budget slot for the audit.
 #[derive(Debug, Clone)]
@@ -88,21 +90,31 @@ impl Store {
                 .release(id)
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("charge of missing release {id}")))?;
+            // Charge sets (migration 0012) and, for releases stored before them, one row
+            // per rating.
             let agg = sqlx::query(
-                "SELECT COUNT(*), COALESCE(SUM(eps), 0.0) FROM rating_charges \
+                "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT), COALESCE(SUM(n * eps), 0.0) \
+                 FROM rating_charge_sets \
+                 WHERE release_id = $1 AND user_id = $2 \
+                 UNION ALL SELECT CAST(COUNT(*) AS BIGINT), COALESCE(SUM(eps), 0.0) FROM rating_charges \
                  WHERE release_id = $1 AND user_id = $2",
             )
             .bind(id)
             .bind(user)
-            .fetch_one(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
+            let (mut ratings_charged, mut rating_eps_total) = (0i64, 0.0f64);
+            for a in &agg {
+                ratings_charged += a.try_get::<i64, _>(0)?;
+                rating_eps_total += a.try_get::<f64, _>(1)?;
+            }
             out.push(UserReleaseCharge {
                 release,
                 events: serde_json::from_str(&events)
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                 admitted_order: r.try_get(2)?,
-                ratings_charged: agg.try_get(0)?,
-                rating_eps_total: agg.try_get(1)?,
+                ratings_charged,
+                rating_eps_total,
             });
         }
         Ok((total, out))
@@ -133,5 +145,41 @@ impl Store {
             .bind(offset)
             .fetch_all(&self.pool)
             .await?)
+    }
+}
+
+impl Store {
+    /// The eps every release added to each rating's loss bound, summed per rating id:
+    /// the ledger's history, which must equal each rating's stored `spent` when no charge
+    /// had a Gaussian part (the invariant tests check it). Reads charge sets (expanded
+    /// from their id runs) and per-rating rows from before migration 0012.
+    pub async fn charged_per_rating(&self) -> Result<BTreeMap<i64, f64>, StoreError> {
+        let mut out: BTreeMap<i64, f64> = BTreeMap::new();
+        for r in sqlx::query("SELECT rating_id, eps FROM rating_charges")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            *out.entry(r.try_get(0)?).or_default() += r.try_get::<f64, _>(1)?;
+        }
+        for r in sqlx::query("SELECT rating_ids, eps, n FROM rating_charge_sets")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            let text: String = r.try_get(0)?;
+            let eps: f64 = r.try_get(1)?;
+            let n: i64 = r.try_get(2)?;
+            let runs = id_runs::decode(&text)
+                .ok_or_else(|| StoreError::Corrupt(format!("charge set ids {text:?}")))?;
+            if id_runs::count(&runs) != n {
+                return Err(StoreError::Corrupt(format!(
+                    "charge set lists {} ids, n = {n}",
+                    id_runs::count(&runs)
+                )));
+            }
+            for id in id_runs::ids(&runs) {
+                *out.entry(id).or_default() += eps;
+            }
+        }
+        Ok(out)
     }
 }

@@ -32,6 +32,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "rating_charges_by_user_release",
         include_str!("../../migrations/sqlite/0011_rating_charges_by_user_release.sql"),
     ),
+    (
+        12,
+        "rating_charge_sets",
+        include_str!("../../migrations/sqlite/0012_rating_charge_sets.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -58,6 +63,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         11,
         "rating_charges_by_user_release",
         include_str!("../../migrations/postgres/0011_rating_charges_by_user_release.sql"),
+    ),
+    (
+        12,
+        "rating_charge_sets",
+        include_str!("../../migrations/postgres/0012_rating_charge_sets.sql"),
     ),
 ];
 

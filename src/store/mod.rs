@@ -7,6 +7,7 @@
 
 mod audit;
 mod catalogue;
+mod id_runs;
 mod jobs;
 mod keys;
 mod ldp;

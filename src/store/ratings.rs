@@ -178,7 +178,11 @@ impl Store {
             items: n("SELECT COUNT(*) FROM items").await?,
             ratings: n("SELECT COUNT(*) FROM ratings WHERE value IS NOT NULL").await?,
             releases: n("SELECT COUNT(*) FROM releases").await?,
-            rating_charges: n("SELECT COUNT(*) FROM rating_charges").await?,
+            // Ratings charged, summed over releases (one row each before migration 0012,
+            // charge sets after).
+            rating_charges: n("SELECT (SELECT COUNT(*) FROM rating_charges) + \
+                 (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM rating_charge_sets)")
+            .await?,
             user_charges: n("SELECT COUNT(*) FROM user_charges").await?,
             models: n("SELECT COUNT(*) FROM models").await?,
         })

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use sqlx::Row;
 
-use super::{curve_json, parse_curve, Store, StoreError, Tx};
+use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::ledger::{gaussian_eps, user_cost};
 use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
@@ -265,12 +265,7 @@ pub const DEFAULT_COMMIT_ROWS: usize = 2_000;
 /// Weight of a user charge in a chunk: it reads, parses, composes and rewrites the
 /// user's RDP curve (156 orders of JSON) besides inserting its charge row.
 const USER_WEIGHT: usize = 8;
-/// Ratings per statement. Kept small on purpose: sqlx binds SQLite parameters by name
-/// (`$N`), and `sqlite3_bind_parameter_name` scans the statement's parameter list, so
-/// binding one statement costs O(binds^2): 500 charge rows (4,500 binds) took ~470 ms
-/// per 2,000 ratings, 64 rows (576 binds) a few ms.
-const RATING_STMT: usize = 64;
-/// Users per statement (6 binds per charge row, see [`RATING_STMT`]).
+/// Users per statement (6 binds per charge row; see [`literal_ids`] for why few).
 const USER_STMT: usize = 50;
 
 /// The ranges of users and of ratings written by one ledger transaction.
@@ -496,9 +491,7 @@ async fn commit_chunk(
     for part in users[chunk.users.clone()].chunks(USER_STMT) {
         charge_users(store, &mut tx, id, part, costs).await?;
     }
-    for part in ratings[chunk.ratings.clone()].chunks(RATING_STMT) {
-        charge_ratings(store, &mut tx, id, rec, part).await?;
-    }
+    charge_ratings(store, &mut tx, id, rec, &ratings[chunk.ratings.clone()]).await?;
     if publish && point.chunk + 1 == point.chunks {
         sqlx::query(
             "INSERT INTO models (release_id, model, users, items, popularity) \
@@ -567,20 +560,6 @@ fn pairs_table(n: usize) -> String {
     format!("({})", rows.join(" UNION ALL "))
 }
 
-/// A derived table `(i, v, r)` of `n` triples, like [`pairs_table`].
-fn triples_table(n: usize) -> String {
-    let rows: Vec<String> = (0..n)
-        .map(|k| {
-            if k == 0 {
-                "SELECT $1 AS i, $2 AS v, $3 AS r".to_string()
-            } else {
-                format!("SELECT ${}, ${}, ${}", 3 * k + 1, 3 * k + 2, 3 * k + 3)
-            }
-        })
-        .collect();
-    format!("({})", rows.join(" UNION ALL "))
-}
-
 fn in_list(n: usize) -> String {
     (1..=n)
         .map(|i| format!("${i}"))
@@ -588,18 +567,14 @@ fn in_list(n: usize) -> String {
         .join(", ")
 }
 
-/// `(id, new spent, new rho)` per rating, and each rating's added loss.
-type Rechecked = (Vec<(i64, f64, f64)>, Vec<f64>);
-
-/// The new `(id, spent, rho)` of each charged rating and what the release added to its
-/// loss bound, after checking every charge against the stored state under the lock.
+/// What the release adds to each charged rating's loss bound, after checking every charge
+/// against the stored `(eps, spent, rho)` under the lock.
 fn recheck_ratings(
     part: &[&RatingChargeRow],
     stored: &HashMap<i64, (f64, f64, f64)>,
-) -> Result<Rechecked, CommitError> {
+) -> Result<Vec<f64>, CommitError> {
     // Re-check every charge against the stored state first (the rating's loss bound,
     // pure spend plus converted Gaussian part, must stay within eps_ij).
-    let mut next = Vec::with_capacity(part.len());
     let mut increments = Vec::with_capacity(part.len());
     // Ratings of one release mostly share their Gaussian part: convert each rho once
     // (the conversion minimises over 156 orders, and this runs under the lock).
@@ -630,13 +605,22 @@ fn recheck_ratings(
         // What the release added to the rating's loss bound (exactly the pure charge
         // when it has no Gaussian part).
         increments.push(if c.rho == 0.0 { charge } else { after - before });
-        next.push((c.rating_id, spent + charge, rho + c.rho));
     }
-    Ok((next, increments))
+    Ok(increments)
 }
 
-/// Rating charges inside a ledger transaction: lock the rows, re-check every charge
-/// against the stored spend, then one UPDATE and one multi-row INSERT.
+/// Users per statement that locks and reads their ratings (one bind each).
+const LOCK_USERS: usize = 64;
+/// Ratings per UPDATE (their ids are literals, [`literal_ids`]).
+const UPDATE_IDS: usize = 5_000;
+/// Charge-set rows per INSERT (10 binds each).
+const SET_ROWS: usize = 25;
+
+/// Rating charges inside a ledger transaction (`part` sorted by (user, item)): lock and
+/// read the ratings of the part's users, re-check every charge against the stored spend,
+/// then one UPDATE per distinct charge and one charge-set row per (user, charge), its
+/// ratings stored as runs of ids ([`super::id_runs`], migration 0012). Binds grow with
+/// users, not with ratings.
 async fn charge_ratings(
     store: &Store,
     tx: &mut Tx,
@@ -644,56 +628,126 @@ async fn charge_ratings(
     rec: &ReleaseRecord,
     part: &[&RatingChargeRow],
 ) -> Result<(), CommitError> {
-    let sql = format!(
-        "SELECT id, eps, spent, rho FROM ratings WHERE id IN ({}) ORDER BY user_id, item_id{}",
-        in_list(part.len()),
-        store.for_update()
-    );
-    let mut q = sqlx::query(&sql);
-    for c in part {
-        q = q.bind(c.rating_id);
+    if part.is_empty() {
+        return Ok(());
     }
+    // Lock in (user, item) order, the order ingestion locks in (no deadlock cycle on
+    // PostgreSQL): statements take consecutive users, each ordered by (user, item). Every
+    // rating of those users is read and locked; only the charged ones are used.
+    let mut users: Vec<&str> = part.iter().map(|c| &*c.user).collect();
+    users.dedup();
     let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
-    for r in q.fetch_all(&mut **tx).await? {
-        stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+    for group in users.chunks(LOCK_USERS) {
+        let sql = format!(
+            "SELECT id, eps, spent, rho FROM ratings WHERE user_id IN ({}) \
+             ORDER BY user_id, item_id{}",
+            in_list(group.len()),
+            store.for_update()
+        );
+        let mut q = sqlx::query(&sql);
+        for u in group {
+            q = q.bind(*u);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            stored.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+        }
     }
-    let (next, increments) = recheck_ratings(part, &stored)?;
-    let sql = format!(
-        "UPDATE ratings SET spent = v.v, rho = v.r, releases = releases + 1 FROM {} AS v \
-         WHERE ratings.id = v.i",
-        triples_table(next.len())
-    );
-    let mut q = sqlx::query(&sql);
-    for (id, spent, rho) in &next {
-        q = q.bind(*id).bind(*spent).bind(*rho);
+    let increments = recheck_ratings(part, &stored)?;
+    // The new state is `spent + charge`, `rho + c.rho`: the same IEEE additions the
+    // re-check made, done by the database over each distinct charge's ratings.
+    let mut by_charge: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
+    for c in part {
+        by_charge
+            .entry((c.total().to_bits(), c.rho.to_bits()))
+            .or_default()
+            .push(c.rating_id);
     }
-    let updated = q.execute(&mut **tx).await?.rows_affected();
-    if updated != next.len() as u64 {
-        return Err(CommitError::Store(StoreError::Corrupt(format!(
-            "updated {updated} of {} ratings",
-            next.len()
-        ))));
+    for ((charge, rho), ids) in by_charge {
+        for ids in ids.chunks(UPDATE_IDS) {
+            let sql = format!(
+                "UPDATE ratings SET spent = spent + $1, rho = rho + $2, releases = releases + 1 \
+                 WHERE id IN ({})",
+                literal_ids(ids)
+            );
+            let updated = sqlx::query(&sql)
+                .persistent(false)
+                .bind(f64::from_bits(charge))
+                .bind(f64::from_bits(rho))
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            if updated != ids.len() as u64 {
+                return Err(CommitError::Store(StoreError::Corrupt(format!(
+                    "updated {updated} of {} ratings",
+                    ids.len()
+                ))));
+            }
+        }
     }
-    let sql = format!(
-        "INSERT INTO rating_charges (release_id, rating_id, user_id, item_id, eps_train, \
-         eps_popularity, eps, unit, neighbour, rho) VALUES {}",
-        value_rows(part.len(), 10)
-    );
-    let mut q = sqlx::query(&sql);
-    for (c, increment) in part.iter().zip(&increments) {
-        q = q
-            .bind(release_id)
-            .bind(c.rating_id)
-            .bind(&*c.user)
-            .bind(&*c.item)
-            .bind(c.eps_train)
-            .bind(c.eps_popularity)
-            .bind(*increment)
-            .bind(rec.rating_unit.as_str())
-            .bind(rec.rating_neighbour.as_str())
-            .bind(c.rho);
+    insert_charge_sets(tx, release_id, rec, part, &increments).await
+}
+
+/// Rating ids written into the statement as integer literals (`1, 2, 5`): they are
+/// `i64`s the store assigned, so nothing from a request reaches the SQL text, and the
+/// statement needs no binds: sqlx binds SQLite parameters by name and
+/// `sqlite3_bind_parameter_name` scans the statement's list, so one statement's binds cost
+/// O(binds^2) (4,500 binds took ~470 ms, 576 a few ms).
+fn literal_ids(ids: &[i64]) -> String {
+    let mut out = String::with_capacity(ids.len() * 9);
+    for (k, id) in ids.iter().enumerate() {
+        if k > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&id.to_string());
     }
-    q.execute(&mut **tx).await?;
+    out
+}
+
+/// One charge-set row per (user, charge, increment), in user order.
+async fn insert_charge_sets(
+    tx: &mut Tx,
+    release_id: i64,
+    rec: &ReleaseRecord,
+    part: &[&RatingChargeRow],
+    increments: &[f64],
+) -> Result<(), CommitError> {
+    type Key<'a> = (&'a str, [u64; 4]);
+    let mut sets: BTreeMap<Key<'_>, Vec<i64>> = BTreeMap::new();
+    for (c, inc) in part.iter().zip(increments) {
+        let bits = [
+            c.eps_train.to_bits(),
+            c.eps_popularity.to_bits(),
+            c.rho.to_bits(),
+            inc.to_bits(),
+        ];
+        sets.entry((&*c.user, bits)).or_default().push(c.rating_id);
+    }
+    let rows: Vec<(&str, [f64; 4], id_runs::Runs)> = sets
+        .into_iter()
+        .map(|((user, bits), ids)| (user, bits.map(f64::from_bits), id_runs::runs_of(ids)))
+        .collect();
+    for batch in rows.chunks(SET_ROWS) {
+        let sql = format!(
+            "INSERT INTO rating_charge_sets (release_id, user_id, n, eps_train, eps_popularity, \
+             rho, eps, unit, neighbour, rating_ids) VALUES {}",
+            value_rows(batch.len(), 10)
+        );
+        let mut q = sqlx::query(&sql);
+        for (user, [eps_train, eps_popularity, rho, eps], runs) in batch {
+            q = q
+                .bind(release_id)
+                .bind(*user)
+                .bind(id_runs::count(runs))
+                .bind(*eps_train)
+                .bind(*eps_popularity)
+                .bind(*rho)
+                .bind(*eps)
+                .bind(rec.rating_unit.as_str())
+                .bind(rec.rating_neighbour.as_str())
+                .bind(id_runs::encode(runs));
+        }
+        q.execute(&mut **tx).await?;
+    }
     Ok(())
 }
 

@@ -105,14 +105,14 @@ async fn dump(store: &Store) -> Vec<String> {
         out.push(format!("u {id} {d:?} {b:?} {del} {c}"));
     }
     for r in all(
-        "SELECT release_id, rating_id, user_id, item_id, eps FROM rating_charges \
-                  ORDER BY release_id, rating_id",
+        "SELECT release_id, user_id, n, eps, rating_ids FROM rating_charge_sets \
+                  ORDER BY release_id, user_id, rating_ids",
     )
     .await
     {
-        let (rel, id, u, i, e): (i64, i64, String, String, f64) =
+        let (rel, u, n, e, ids): (i64, String, i64, f64, String) =
             (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
-        out.push(format!("c {rel} {id} {u} {i} {e:?}"));
+        out.push(format!("c {rel} {u} {n} {e:?} {ids}"));
     }
     let uc: i64 = all("SELECT COUNT(*) FROM user_charges").await[0].get(0);
     out.push(format!("user charges {uc}"));

@@ -30,23 +30,30 @@ use crate::both_backends;
 /// Checks every stored invariant directly in the database.
 pub async fn assert_ledger_invariants(store: &Store) {
     let pool = store.pool();
-    // Spend per rating within eps_ij, and equal to the sum of its charges.
-    for r in sqlx::query(
-        "SELECT r.id, r.eps, r.spent, COALESCE((SELECT SUM(c.eps) FROM rating_charges c \
-         WHERE c.rating_id = r.id), 0.0) FROM ratings r",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
+    // Spend per rating within eps_ij, and equal to the sum of its charges (the charge
+    // sets expanded to their ratings).
+    let charged = store.charged_per_rating().await.unwrap();
+    let mut listed = 0;
+    for r in sqlx::query("SELECT id, eps, spent FROM ratings")
+        .fetch_all(pool)
+        .await
+        .unwrap()
     {
-        let (id, eps, spent, charged): (i64, f64, f64, f64) =
-            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (id, eps, spent): (i64, f64, f64) = (r.get(0), r.get(1), r.get(2));
+        let charged = charged.get(&id).copied().unwrap_or(0.0);
+        listed += usize::from(charged > 0.0);
         assert!(spent <= eps, "rating {id}: spent {spent} > eps {eps}");
         assert!(
             (spent - charged).abs() <= 1e-9,
             "rating {id}: spent {spent} != charges {charged}"
         );
     }
+    // Every charged id is a stored rating (ratings are soft-deleted, never removed).
+    assert_eq!(
+        listed,
+        charged.values().filter(|&&e| e > 0.0).count(),
+        "charges of unknown ratings"
+    );
     // Every user's consumed curve is admitted by the filter at some order.
     for r in sqlx::query("SELECT id, budget_eps, budget_delta, rdp_consumed FROM users")
         .fetch_all(pool)
@@ -71,8 +78,10 @@ pub async fn assert_ledger_invariants(store: &Store) {
     // No charge without a release; no model without its release; every proven release
     // with a model that used ratings has charges (one that admitted none is noise only).
     let orphan: i64 = sqlx::query(
-        "SELECT COUNT(*) FROM rating_charges c WHERE NOT EXISTS \
-         (SELECT 1 FROM releases r WHERE r.id = c.release_id)",
+        "SELECT (SELECT COUNT(*) FROM rating_charges c WHERE NOT EXISTS \
+         (SELECT 1 FROM releases r WHERE r.id = c.release_id)) + \
+         (SELECT COUNT(*) FROM rating_charge_sets c WHERE NOT EXISTS \
+         (SELECT 1 FROM releases r WHERE r.id = c.release_id))",
     )
     .fetch_one(pool)
     .await
@@ -91,7 +100,8 @@ pub async fn assert_ledger_invariants(store: &Store) {
     let uncharged: i64 = sqlx::query(
         "SELECT COUNT(*) FROM models m JOIN releases r ON r.id = m.release_id \
          WHERE r.guarantee = 'proven' AND r.n_ratings > 0 AND NOT EXISTS \
-         (SELECT 1 FROM rating_charges c WHERE c.release_id = r.id)",
+         (SELECT 1 FROM rating_charges c WHERE c.release_id = r.id) AND NOT EXISTS \
+         (SELECT 1 FROM rating_charge_sets c WHERE c.release_id = r.id)",
     )
     .fetch_one(pool)
     .await
@@ -113,7 +123,7 @@ pub async fn assert_ledger_invariants(store: &Store) {
 /// unit and neighbour relation.
 async fn assert_ledger_rows_hold_no_values(store: &Store) {
     use sqlx::Column;
-    for table in ["rating_charges", "user_charges"] {
+    for table in ["rating_charge_sets", "user_charges"] {
         let row = sqlx::query(&format!("SELECT * FROM {table} LIMIT 1"))
             .fetch_one(store.pool())
             .await
@@ -633,6 +643,77 @@ async fn chunked_commits_never_overspend(url: &str) {
 }
 both_backends!(chunked_commits_never_overspend);
 
+/// Charges are stored as sets of rating-id runs per (user, charge): with ids interleaved
+/// between users (one rating ingested at a time), charges that differ between ratings and
+/// users split across transactions, every rating's history still equals its spend, the
+/// audit counts and sums each user's charges, and a rating outside the release is
+/// untouched.
+async fn charge_sets_record_every_rating(url: &str) {
+    let (t, _) = FakeDp::gaussian(30.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    for i in 0..5 {
+        for u in ["u1", "u2", "u3"] {
+            app.ingest(&[(u, &format!("i{i}"), 3.0, Some(1.0))]).await;
+        }
+    }
+    let snap = app.store.snapshot().await.unwrap();
+    app.ingest(&[("u2", "i9", 3.0, Some(1.0))]).await;
+    app.store.set_commit_rows(4);
+    let users: std::collections::BTreeMap<String, Vec<PrivacyEvent>> = snap
+        .users
+        .keys()
+        .map(|u| (u.clone(), vec![PrivacyEvent::pure_dp(0.1, 1).unwrap()]))
+        .collect();
+    let mut record = manual_record(&snap, 0.0, users);
+    // u1's ratings alternate two charges; u2's have a popularity part; u3's i0 is skipped.
+    let mut expected = std::collections::BTreeMap::new();
+    record
+        .rating_charges
+        .retain(|c| !(&*c.user == "u3" && &*c.item == "i0"));
+    for (k, c) in record.rating_charges.iter_mut().enumerate() {
+        c.eps_train = if k % 2 == 0 { 0.125 } else { 0.25 };
+        if &*c.user == "u2" {
+            c.eps_popularity = 0.0625;
+        }
+        expected.insert(c.rating_id, c.total());
+    }
+    for round in 1..=2 {
+        commit(&app.store, &record, None).await.unwrap();
+        assert_ledger_invariants(&app.store).await;
+        let charged = app.store.charged_per_rating().await.unwrap();
+        let want: std::collections::BTreeMap<i64, f64> = expected
+            .iter()
+            .map(|(&id, &e)| (id, e * f64::from(round)))
+            .collect();
+        assert_eq!(charged, want, "round {round}");
+    }
+    let sets: i64 = sqlx::query("SELECT COUNT(*) FROM rating_charge_sets")
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    // Per release at most one set per (user, charge) and chunk: far fewer than ratings.
+    assert!(sets < 2 * expected.len() as i64, "{sets} sets");
+    for (user, n) in [("u1", 5), ("u2", 5), ("u3", 4)] {
+        let (_, a) = app.get(&format!("/v1/users/{user}/budget"), READER).await;
+        let latest = &a["releases"]["entries"][0];
+        assert_eq!(latest["ratings_charged"], n, "{user}: {a}");
+        let sum: f64 = expected
+            .iter()
+            .filter(|(id, _)| {
+                snap.ratings
+                    .iter()
+                    .any(|r| r.id == **id && &*r.user == user)
+            })
+            .map(|(_, e)| e)
+            .sum();
+        let got = latest["rating_eps_total"].as_f64().unwrap();
+        assert!((got - sum).abs() < 1e-12, "{user}: {got} != {sum}");
+    }
+    app.stop().await;
+}
+both_backends!(charge_sets_record_every_rating);
+
 /// A non-private trainer (explicit flag) is recorded as a "non-private" release without
 /// charges.
 async fn non_private_release_charges_nothing(url: &str) {
@@ -659,6 +740,7 @@ both_backends!(non_private_release_charges_nothing);
 async fn large_release(url: &str) {
     let (t, _) = FakeDp::new(None);
     let mut s = settings(url);
+    s.budget.max_user_eps = 1e6;
     s.budget.default_user_eps = 1e6;
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     let batch: Vec<dprec::store::NewRating> = (0..100_000)

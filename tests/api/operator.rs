@@ -122,20 +122,21 @@ async fn small_input_is_refused_unless_forced(url: &str) {
     );
     assert!(!charge.mechanisms.is_empty() && charge.events.is_array());
     // Training 1.5 and popularity 0.5 on each of the 3 ratings, as a published release.
-    let rows =
-        sqlx::query("SELECT eps_train, eps_popularity FROM rating_charges WHERE release_id = $1")
-            .bind(refused_id)
-            .fetch_all(app.store.pool())
-            .await
-            .unwrap();
-    let split: Vec<(f64, f64)> = rows
+    let rows = sqlx::query(
+        "SELECT eps_train, eps_popularity, n FROM rating_charge_sets WHERE release_id = $1",
+    )
+    .bind(refused_id)
+    .fetch_all(app.store.pool())
+    .await
+    .unwrap();
+    let split: Vec<(f64, f64, i64)> = rows
         .iter()
         .map(|r| {
             use sqlx::Row;
-            (r.get(0), r.get(1))
+            (r.get(0), r.get(1), r.get(2))
         })
         .collect();
-    assert_eq!(split, vec![(1.5, POPULARITY_EPS); 3]);
+    assert_eq!(split, vec![(1.5, POPULARITY_EPS, 3)]);
 
     // Retrying without force is refused again, and charged again (spent 5.0: every
     // rating exhausted, so a forced retrain now admits nothing: it publishes noise and
