@@ -60,14 +60,7 @@ if [ -z "$eval_report" ]; then
         >"$scratch/eval.log" 2>&1 || fail "dprec eval: $(tail -3 "$scratch/eval.log")"
 fi
 export DPREC_PAGES__EVAL_REPORT="$eval_report"
-"$bin" serve --bind 127.0.0.1:0 2>"$scratch/serve.log" &
-server=$!
-port=$(wait_for_port "$scratch/serve.log")
-[ -n "$port" ] || fail "the service did not start: $(cat "$scratch/serve.log")"
-B="http://127.0.0.1:$port"
-ADMIN=$(grep -Eo 'dprec_[0-9a-f]{64}' "$scratch/serve.log" | head -1)
-[ -n "$ADMIN" ] || fail "no admin key printed on the first start"
-auth=(-H "Authorization: Bearer $ADMIN")
+start_service "$bin"
 
 echo "receipt_pages: service at $B; importing $data"
 "$bin" import --url "$B" --api-key "$ADMIN" "$data" 2>&1 | tail -1

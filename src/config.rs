@@ -116,6 +116,14 @@ pub struct TrainerSettings {
     /// Serve trainers whose guarantee is not `proven` (e.g. `baseline`); such releases are
     /// labelled "non-private" and charge nothing.
     pub allow_non_private: bool,
+    /// Rating-level mode (DESIGN 3; off by default): serve a trainer whose proof covers
+    /// only one rating (`pdp-pmf`, `dp-pmf`: guarantee `rating-level`). Its releases are
+    /// labelled `"guarantee": "rating-level"` in every response, charge each rating's
+    /// eps_ij as always, charge nothing to the user-level Renyi ledger, and each user's
+    /// audit shows the group-privacy bound they imply (shown, not enforced). Refused with
+    /// a trainer that has a user-level guarantee ([`rating_level_misapplied`]); without
+    /// it a rating-level trainer is refused ([`rating_level_refused`]).
+    pub allow_rating_level: bool,
     /// Refused when set (issue 8 finding 8): a fixed seed replays the same noise in every
     /// release, so two releases can be differenced. Seeds are for `dprec eval --seed` and
     /// for tests (`release::Hooks::seed`). Kept as a key only to name it in the error.
@@ -247,9 +255,52 @@ impl Default for TrainerSettings {
             name: crate::train::SERVED_DEFAULT.into(),
             params: BTreeMap::new(),
             allow_non_private: false,
+            allow_rating_level: false,
             seed: None,
         }
     }
+}
+
+impl TrainerSettings {
+    /// The rating-level switch against the configured trainer's guarantee: a rating-level
+    /// trainer needs `allow_rating_level` ([`rating_level_refused`]), and the switch is
+    /// refused with any other trainer ([`rating_level_misapplied`]).
+    pub fn check_rating_level(
+        &self,
+        trainer: &str,
+        guarantee: crate::train::Guarantee,
+    ) -> anyhow::Result<()> {
+        let rating_level = guarantee == crate::train::Guarantee::RatingLevel;
+        match (rating_level, self.allow_rating_level) {
+            (true, false) => bail!("{}", rating_level_refused(trainer)),
+            (false, true) => bail!("{}", rating_level_misapplied(trainer, guarantee)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a rating-level trainer is not served without the operator's opt-in: said the same
+/// at start-up and by every release that would publish it.
+pub fn rating_level_refused(trainer: &str) -> String {
+    format!(
+        "trainer {trainer} is proven for one rating only (guarantee rating-level: no \
+         user-level bound fits the release plan), so it is served only in the rating-level \
+         mode: set trainer.allow_rating_level = true (env DPREC_TRAINER__ALLOW_RATING_LEVEL=true) \
+         to opt in; every response is then labelled \"rating-level\", each rating's eps_ij is \
+         enforced, the user-level budget is not, and each user's audit shows the \
+         group-privacy bound (docs/privacy/guarantee.md)"
+    )
+}
+
+/// Why `trainer.allow_rating_level = true` is refused with a trainer that is not
+/// rating-level (the switch would label nothing and weaken nothing: a configuration
+/// mistake, e.g. left over from a previous trainer).
+pub fn rating_level_misapplied(trainer: &str, guarantee: crate::train::Guarantee) -> String {
+    format!(
+        "trainer.allow_rating_level = true applies only to trainers proven for one rating \
+         (guarantee rating-level: pdp-pmf, dp-pmf); trainer {trainer} has guarantee \
+         {guarantee}: remove trainer.allow_rating_level (or DPREC_TRAINER__ALLOW_RATING_LEVEL)"
+    )
 }
 
 impl Default for BudgetSettings {
@@ -735,6 +786,51 @@ mod tests {
         s.budget.default_user_delta = 1.0;
         assert!(s.validate().is_err());
         assert!(Settings::default().validate().is_ok());
+    }
+
+    /// The rating-level switch: off by default, set from the file or the environment (a
+    /// value that is not a boolean names the variable); a rating-level trainer without it
+    /// and the switch with any other trainer are refused, naming the switch.
+    #[test]
+    fn rating_level_switch_is_off_by_default_and_checked_against_the_trainer() {
+        use crate::train::Guarantee;
+        assert!(!Settings::default().trainer.allow_rating_level);
+        let t: toml::Table = "[trainer]\nallow_rating_level = true\n".parse().unwrap();
+        let s = Settings::from_tree_and_env(t, std::iter::empty()).unwrap();
+        assert!(s.trainer.allow_rating_level);
+        let var = |v: &str| {
+            let vars = [(
+                "DPREC_TRAINER__ALLOW_RATING_LEVEL".to_string(),
+                v.to_string(),
+            )];
+            Settings::from_tree_and_env(toml::Table::new(), vars.into_iter())
+        };
+        assert!(var("true").unwrap().trainer.allow_rating_level);
+        let e = format!("{:#}", var("yes").unwrap_err());
+        assert!(e.contains("DPREC_TRAINER__ALLOW_RATING_LEVEL"), "{e}");
+
+        let off = Settings::default().trainer;
+        let on = s.trainer;
+        let e = off
+            .check_rating_level("pdp-pmf", Guarantee::RatingLevel)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("trainer.allow_rating_level = true")
+                && e.contains("DPREC_TRAINER__ALLOW_RATING_LEVEL=true")
+                && e.contains("pdp-pmf"),
+            "{e}"
+        );
+        on.check_rating_level("pdp-pmf", Guarantee::RatingLevel)
+            .unwrap();
+        for g in [Guarantee::Proven, Guarantee::NonPrivate, Guarantee::LocalDp] {
+            off.check_rating_level("dp-topn", g).unwrap();
+            let e = on.check_rating_level("dp-topn", g).unwrap_err().to_string();
+            assert!(
+                e.contains("trainer.allow_rating_level") && e.contains(g.as_str()),
+                "{e}"
+            );
+        }
     }
 
     /// Issue 8 finding 8: a configured trainer.seed is refused with an error naming the

@@ -66,8 +66,20 @@ fn check_rating_delta(t: &dyn Trainer) -> anyhow::Result<()> {
 
 /// Refuses trainers the serving policy does not allow.
 pub fn check_trainer(s: &Settings, t: &dyn Trainer) -> anyhow::Result<()> {
+    s.trainer.check_rating_level(t.name(), t.guarantee())?;
     match t.guarantee() {
         Guarantee::Proven => check_rating_delta(t),
+        // `check_rating_level` let it through: the operator opted in.
+        Guarantee::RatingLevel => {
+            log::warn!(
+                "serving trainer {} in the RATING-LEVEL mode (trainer.allow_rating_level = \
+                 true): each rating's eps_ij is enforced, the user-level budget is not; \
+                 responses are labelled rating-level and each user's audit shows the \
+                 group-privacy bound",
+                t.name()
+            );
+            check_rating_delta(t)
+        }
         Guarantee::NonPrivate if s.trainer.allow_non_private => {
             log::warn!(
                 "serving NON-PRIVATE trainer {} (trainer.allow_non_private = true): \
@@ -429,6 +441,27 @@ mod tests {
 
     fn checked(s: &Settings) -> anyhow::Result<()> {
         check_trainer(s, trainer_from_settings(s)?.as_ref())
+    }
+
+    /// `pdp-pmf` and `dp-pmf` (rating-level) are refused at start-up unless the operator
+    /// opts in, with a reason naming the switch; with the switch they pass, and the
+    /// switch with a user-level trainer is refused.
+    #[test]
+    fn rating_level_trainers_need_the_switch() {
+        for name in ["pdp-pmf", "dp-pmf"] {
+            let mut s = settings(name, &[]);
+            let msg = format!("{:#}", checked(&s).unwrap_err());
+            assert!(
+                msg.contains("trainer.allow_rating_level") && msg.contains(name),
+                "{msg}"
+            );
+            s.trainer.allow_rating_level = true;
+            checked(&s).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+        let mut s = settings("dp-alt", &[]);
+        s.trainer.allow_rating_level = true;
+        let msg = format!("{:#}", checked(&s).unwrap_err());
+        assert!(msg.contains("trainer.allow_rating_level"), "{msg}");
     }
 
     /// A proven trainer converts its rating-level Renyi loss at the ledger's delta (the one

@@ -372,8 +372,8 @@ fn fit(name: &str, params: &[&str], train: &Ratings, seed: u64) -> Fitted {
 fn trainers_carry_their_guarantee_and_validate_parameters() {
     let (train, _) = common::low_rank(40, 30, 2, 0.4, 2);
     for (name, g) in [
-        ("pdp-pmf", Guarantee::Proven),
-        ("dp-pmf", Guarantee::Proven),
+        ("pdp-pmf", Guarantee::RatingLevel),
+        ("dp-pmf", Guarantee::RatingLevel),
         ("paper-pdp-pmf", Guarantee::PaperClaimed),
         ("paper-dp-pmf", Guarantee::PaperClaimed),
     ] {
@@ -499,7 +499,7 @@ fn users_prior_personalises() {
     )
     .unwrap();
     let with_prior = t.fit(&data, &mut seeded(2)).unwrap();
-    assert_eq!(with_prior.guarantee, Guarantee::Proven);
+    assert_eq!(with_prior.guarantee, Guarantee::RatingLevel);
     let a = rmse(&with_prior.model.predict_all(&test), &test);
     let random = fit("pdp-pmf", &["eps=50"], &train, 2);
     let b = rmse(&random.model.predict_all(&test), &test);

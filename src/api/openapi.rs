@@ -169,7 +169,9 @@ impl Modify for StandardErrors {
     info(
         title = "dprec",
         description = "Privacy-budgeted recommendation service. Every release is charged to a \
-            per-rating eps_ij ledger and a per-user Renyi-DP ledger before it is served. Errors \
+            per-rating eps_ij ledger and a per-user Renyi-DP ledger before it is served (a \
+            release labelled `\"guarantee\": \"rating-level\"`, an operator opt-in, only to the \
+            per-rating ledger; the user's audit shows its group-privacy bound). Errors \
             are RFC 7807 problem+json. Key roles: public < user < reader < writer < admin \
             (see the `api_key` security scheme), and `metrics`, a Prometheus scraper's token \
             that reads the full /metrics and nothing else.",

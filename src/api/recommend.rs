@@ -75,8 +75,9 @@ pub struct Recommendations {
     pub user: String,
     /// Release id of the model that answered.
     pub model_version: i64,
-    /// `proven`, `local-dp` (a model trained on client-perturbed ratings only) or
-    /// `non-private`.
+    /// `proven` (user-level and rating-level DP, the default), `rating-level` (proven for
+    /// one rating only: the operator's opt-in, docs/privacy/guarantee.md), `local-dp` (a
+    /// model trained on client-perturbed ratings only) or `non-private`.
     pub guarantee: Guarantee,
     /// True when the DP popularity answered (no published profile for the user).
     pub fallback: bool,
@@ -166,11 +167,13 @@ pub struct SimilarQuery {
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"item": "i7", "model_version": 3, "fallback": false,
-    "source": "profiles", "items": [{"item": "i9", "score": 0.93}]}))]
+#[schema(example = json!({"item": "i7", "model_version": 3, "guarantee": "proven",
+    "fallback": false, "source": "profiles", "items": [{"item": "i9", "score": 0.93}]}))]
 pub struct SimilarItems {
     pub item: String,
     pub model_version: i64,
+    /// The served release's guarantee (see [`Recommendations::guarantee`]).
+    pub guarantee: Guarantee,
     /// True when the DP popularity answered: the served model has no DP profile for this
     /// catalogue item (not among a top-N model's DP candidates, a zero row, a model without
     /// item factors, or registered after the release). Never depends on whether anyone
@@ -225,6 +228,7 @@ pub async fn similar(
     Ok(HttpResponse::Ok().json(SimilarItems {
         item: item.into_string(),
         model_version: model.release_id,
+        guarantee: model.guarantee,
         fallback,
         source: s.source.name().into(),
         items: s.items.into_iter().map(scored).collect(),

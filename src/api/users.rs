@@ -300,6 +300,80 @@ pub struct ReleaseChargeView {
     pub rating_eps_total: f64,
 }
 
+/// What all of a user's ratings together may lose in the rating-level releases (DESIGN 3,
+/// rating-level mode): a group-privacy bound, SHOWN, NOT ENFORCED. These releases are
+/// proven for one rating; they charge each rating's eps_ij (the per-rating list) and
+/// nothing to the user's Renyi budget (`budget`, `spent`), and no release is refused
+/// because of this figure.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RatingLevelBound {
+    /// `eps = sum over rating-level releases R, over the user's ratings r charged by R, of
+    /// eps_R(r)` (training and DP popularity, pure eps, delta 0): group privacy over the
+    /// user's ratings (adding or removing them one at a time costs each its own charge),
+    /// composed over the releases. Null if a release charged a Gaussian part (not summed).
+    pub eps: Option<f64>,
+    /// Always false: the bound is shown, not enforced.
+    pub enforced: bool,
+    /// The formula and what it means, in words.
+    pub note: String,
+    /// The rating-level releases that charged the user's ratings, newest first.
+    pub releases: Vec<RatingLevelReleaseView>,
+}
+
+/// One rating-level release's part of [`RatingLevelBound`].
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RatingLevelReleaseView {
+    pub release_id: i64,
+    pub trainer: String,
+    /// `rating-level`.
+    pub guarantee: Guarantee,
+    pub created_at: i64,
+    /// Mechanisms with parameters, unit and neighbour relation (one object each).
+    pub mechanisms: Vec<MechanismView>,
+    pub ratings_charged: i64,
+    /// Sum of the pure eps this release charged the user's ratings (its term of the bound).
+    pub eps: f64,
+}
+
+/// The note every [`RatingLevelBound`] carries.
+pub const RATING_LEVEL_NOTE: &str = "group-privacy bound of the rating-level releases: \
+     eps = sum, over the rating-level releases and the ratings of yours each charged, of the \
+     eps charged to that rating (delta 0). Those releases are proven for one rating only: \
+     they spend each rating's eps_ij (enforced) and charge nothing to your user-level budget; \
+     this bound on all your ratings together is shown, not enforced";
+
+/// The group-privacy bound of the user's rating-level charges (`None`: no rating-level
+/// release charged the user's ratings).
+fn rating_level_bound(
+    charges: Vec<crate::store::RatingLevelCharge>,
+) -> Result<Option<RatingLevelBound>, ApiError> {
+    if charges.is_empty() {
+        return Ok(None);
+    }
+    let pure = charges.iter().all(|c| c.rho == 0.0);
+    let eps = pure.then(|| charges.iter().map(|c| c.eps).sum::<f64>());
+    let releases = charges
+        .into_iter()
+        .map(|c| {
+            Ok(RatingLevelReleaseView {
+                release_id: c.release.id,
+                trainer: c.release.trainer,
+                guarantee: c.release.guarantee,
+                created_at: c.release.created_at,
+                mechanisms: public_mechanisms(&c.release.mechanisms)?,
+                ratings_charged: c.ratings_charged,
+                eps: c.eps,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(Some(RatingLevelBound {
+        eps,
+        enforced: false,
+        note: RATING_LEVEL_NOTE.into(),
+        releases,
+    }))
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Paged<T> {
     pub total: i64,
@@ -320,6 +394,10 @@ pub struct Audit {
     pub note: Option<String>,
     pub ratings: Paged<RatingBudgetView>,
     pub releases: Paged<ReleaseChargeView>,
+    /// The rating-level releases that used the user's ratings and the group-privacy bound
+    /// they imply (shown, not enforced); null when none did. They are not in `releases`
+    /// (which lists the charges to the user-level budget) and not in `spent`.
+    pub rating_level: Option<RatingLevelBound>,
     /// Private-GD one-bit reports received from the user, newest first: each was charged
     /// `PureDp { eps }` to the user's RDP ledger when it was received (unit user, LDP).
     pub local_reports: Vec<LocalReportView>,
@@ -605,6 +683,7 @@ pub async fn build_audit(
             received_at: at,
         })
         .collect();
+    let rating_level = rating_level_bound(state.store.rating_level_charges(&u.id).await?)?;
     let note = audit_note(&u, exhausted, state.registry.current().as_deref());
     Ok(Audit {
         user: u.id,
@@ -636,6 +715,7 @@ pub async fn build_audit(
             offset: roffset,
             entries: releases,
         },
+        rating_level,
         local_reports,
     })
 }

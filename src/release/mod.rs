@@ -48,6 +48,8 @@ pub struct ReleaseConfig {
     pub min_release_eps: f64,
     pub popularity_eps: f64,
     pub allow_non_private: bool,
+    /// `trainer.allow_rating_level`: rating-level trainers may be released.
+    pub allow_rating_level: bool,
     pub seed: Option<u64>,
     pub lease_secs: u64,
     /// The lifetime plan the per-release costs are calibrated to (`None`: as configured).
@@ -64,6 +66,7 @@ impl ReleaseConfig {
             min_release_eps: s.budget.min_release_eps,
             popularity_eps: s.budget.popularity_eps,
             allow_non_private: s.trainer.allow_non_private,
+            allow_rating_level: s.trainer.allow_rating_level,
             // `Settings::validate` refuses trainer.seed; tests seed through `Hooks::seed`.
             seed: None,
             lease_secs: s.scheduler.lease_secs,
@@ -112,6 +115,10 @@ pub enum ReleaseError {
         trainer: &'static str,
         guarantee: Guarantee,
     },
+    /// A rating-level trainer without the operator's opt-in (the message names the
+    /// switch: [`crate::config::rating_level_refused`]).
+    #[error("{}", crate::config::rating_level_refused(.trainer))]
+    RatingLevelNotAllowed { trainer: &'static str },
     #[error("rating {0} refers to an unknown item")]
     UnknownItem(i64),
     #[error("trainer failed: {0}")]
@@ -465,18 +472,24 @@ impl Retrainer {
             user_event,
         } = steps::admit(&self.config, &self.trainer, &snap)?;
         let set = steps::training_set(&snap, &plan)?;
-        let (fitted, mut rng) =
-            steps::fit(trainer.clone(), &set, &self.config, self.prior(&set)).await?;
+        let prior = self.prior(&set, guarantee);
+        let (fitted, mut rng) = steps::fit(trainer.clone(), &set, &self.config, prior).await?;
         let (counts, pop_charges) = match guarantee {
             // Nothing charged pays for counts of who rated what: no popularity.
             Guarantee::LocalDp => (vec![0; set.items.len()], ReleaseCharges::default()),
             _ => steps::popularity(&set, &plan, pop_eps, &fitted, &mut rng)?,
         };
-        let charges = match (&user_event, private) {
-            (Some(e), true) => {
-                steps::collect_charges(&snap, &plan, &set, &fitted.charges, &pop_charges, e)?
-            }
-            _ if guarantee == Guarantee::LocalDp => steps::local_charges(),
+        let charges = match guarantee {
+            // `user_event` is `None` for a rating-level release: no user-level charge.
+            Guarantee::Proven | Guarantee::RatingLevel if private => steps::collect_charges(
+                &snap,
+                &plan,
+                &set,
+                &fitted.charges,
+                &pop_charges,
+                user_event.as_ref(),
+            )?,
+            Guarantee::LocalDp => steps::local_charges(),
             _ => steps::Charges::default(),
         };
         if let Some(h) = &self.hooks.before_commit {
@@ -553,12 +566,19 @@ impl Retrainer {
         Ok(Released { id, note })
     }
 
-    /// The last published proven model, re-indexed to this release's users and items
-    /// (its factors are already-charged DP outputs, so public inputs).
-    fn prior(&self, set: &TrainingSet) -> Option<crate::train::FactorModel> {
+    /// The last published private model, re-indexed to this release's users and items
+    /// (its factors are already-charged DP outputs, so public inputs). A release takes
+    /// only a prior whose guarantee covers its own: a proven (user-level) release a proven
+    /// prior; a rating-level release a proven or a rating-level one (a rating-level prior
+    /// would void a user-level release's user-level claim).
+    fn prior(&self, set: &TrainingSet, release: Guarantee) -> Option<crate::train::FactorModel> {
         self.registry
             .current()
-            .filter(|p| p.guarantee == Guarantee::Proven)
+            .filter(|p| match p.guarantee {
+                Guarantee::Proven => matches!(release, Guarantee::Proven | Guarantee::RatingLevel),
+                Guarantee::RatingLevel => release == Guarantee::RatingLevel,
+                _ => false,
+            })
             .map(|p| p.reindexed(&set.user_ids, &set.item_ids))
     }
 

@@ -82,6 +82,14 @@ pub fn admit(
     let private = match trainer.guarantee() {
         Guarantee::Proven => true,
         Guarantee::LocalDp => return local_admission(trainer, snap),
+        Guarantee::RatingLevel if cfg.allow_rating_level => {
+            return Ok(rating_level_admission(cfg, trainer, snap))
+        }
+        Guarantee::RatingLevel => {
+            return Err(ReleaseError::RatingLevelNotAllowed {
+                trainer: trainer.name(),
+            })
+        }
         Guarantee::NonPrivate if cfg.allow_non_private => false,
         guarantee => {
             return Err(ReleaseError::NotServable {
@@ -129,6 +137,37 @@ pub fn admit(
         popularity_eps,
         user_event,
     })
+}
+
+/// A rating-level release (DESIGN 3, rating-level mode; the operator opted in): each
+/// rating gets its share of eps_ij as in every release and is charged what the trainer's
+/// proof covers (plus the DP popularity's eps); no user-level event is planned or
+/// charged, and nothing is calibrated to the lifetime plan (that plan is a user-level
+/// promise these trainers cannot keep). Users' Renyi filters still decide who takes
+/// part, with a zero charge: a user whose filter is already full (used up by user-level
+/// releases, or a budget lowered below its spend) is left out, a decision that depends
+/// only on that user's own past charges. The group-privacy bound the release implies for
+/// a user is read from the rating ledger by the audit (`Store::rating_level_bounds`).
+fn rating_level_admission(
+    cfg: &ReleaseConfig,
+    trainer: &Arc<dyn Trainer>,
+    snap: &Snapshot,
+) -> Admission {
+    let params = PlanParams {
+        policy: cfg.policy,
+        min_release_eps: cfg.min_release_eps,
+        popularity_eps: cfg.popularity_eps,
+        user_event: None,
+        check_user_filter: true,
+    };
+    Admission {
+        plan: plan(&params, &snap.ratings, &snap.users),
+        private: true,
+        guarantee: Guarantee::RatingLevel,
+        trainer: trainer.clone(),
+        popularity_eps: cfg.popularity_eps,
+        user_event: None,
+    }
 }
 
 /// A local-DP release (DESIGN 3): the trainer reads only the ratings perturbed on the
@@ -339,16 +378,26 @@ pub fn local_charges() -> Charges {
 /// the plan and turned into ledger rows. Per rating (unit: rating): trainer + popularity
 /// eps. Per user (unit: user): the release's constant user-level event, the same for
 /// every participating user (the trainer's per-user rating-level events are not user
-/// charges; they stay in the mechanism records).
+/// charges; they stay in the mechanism records). `user_event` is `None` for a
+/// rating-level release: no user is charged, and its rating charges must be pure eps
+/// (the audit's group-privacy bound adds them up; a Gaussian part would need another
+/// group bound, so it is refused rather than shown wrong).
 pub fn collect_charges(
     snap: &Snapshot,
     plan: &Plan,
     set: &TrainingSet,
     trainer: &ReleaseCharges,
     popularity: &ReleaseCharges,
-    user_event: &PrivacyEvent,
+    user_event: Option<&PrivacyEvent>,
 ) -> Result<Charges, ReleaseError> {
     let n = set.ratings.len();
+    if user_event.is_none() && !trainer.rating_rho.is_empty() {
+        return Err(ReleaseError::BadCharge(
+            "a rating-level release charged a Gaussian (rho) part to its ratings; the \
+             group-privacy bound its audit shows is stated for pure-eps charges only"
+                .into(),
+        ));
+    }
     let positions = trainer.ratings.iter().map(|c| c.position);
     let rho_positions = trainer.rating_rho.iter().map(|c| c.position);
     if let Some(bad) = positions.chain(rho_positions).find(|&p| p as usize >= n) {
@@ -393,17 +442,7 @@ pub fn collect_charges(
     }
     let n_users = set.users.len();
     let trainer_events = trainer.user_events();
-    // Stored as the list of its parts (trainer, popularity) so the audit shows each.
-    let parts = match user_event {
-        PrivacyEvent::Composed { events } => events.clone(),
-        other => vec![other.clone()],
-    };
-    // Every user the plan charges, with or without admitted ratings (ledger::plan).
-    let users: BTreeMap<String, Vec<PrivacyEvent>> = plan
-        .users_charged
-        .iter()
-        .map(|u| (u.clone(), parts.clone()))
-        .collect();
+    let users = user_charges(plan, user_event);
     if let Some(&u) = trainer_events.keys().find(|&&u| u as usize >= n_users) {
         return Err(ReleaseError::BadCharge(format!(
             "trainer charged unknown user index {u}"
@@ -424,6 +463,24 @@ pub fn collect_charges(
         rating_unit,
         rating_neighbour,
     })
+}
+
+/// The user-level charges of a release: its event, stored as the list of its parts
+/// (trainer, popularity) so the audit shows each, for every user the plan charges, with or
+/// without admitted ratings (ledger::plan); none for a rating-level release (`None`).
+fn user_charges(
+    plan: &Plan,
+    user_event: Option<&PrivacyEvent>,
+) -> BTreeMap<String, Vec<PrivacyEvent>> {
+    let parts = match user_event {
+        Some(PrivacyEvent::Composed { events }) => events.clone(),
+        Some(other) => vec![other.clone()],
+        None => return BTreeMap::new(),
+    };
+    plan.users_charged
+        .iter()
+        .map(|u| (u.clone(), parts.clone()))
+        .collect()
 }
 
 /// Step 6: the record the store commits in one transaction.
@@ -477,4 +534,132 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         items_json: serde_json::to_string(&set.item_ids)?,
         popularity_json: serde_json::to_string(popularity)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accountant::{default_orders, LifetimePlan, RdpCurve};
+    use crate::data::RatingScale;
+    use crate::ledger::{SharePolicy, UserBudget};
+    use crate::store::RatingRow;
+    use crate::train::charges::{RatingCharge, RatingRho};
+    use crate::train::{build, Params};
+
+    fn config(allow_rating_level: bool) -> ReleaseConfig {
+        ReleaseConfig {
+            policy: SharePolicy::Fraction(0.5),
+            scale: RatingScale::ONE_TO_FIVE,
+            min_release_eps: 0.001,
+            popularity_eps: 0.05,
+            allow_non_private: false,
+            allow_rating_level,
+            seed: None,
+            lease_secs: 60,
+            plan: Some(LifetimePlan::new(52, 10.0, 1e-6).unwrap()),
+            min_input_ratio: 0.0,
+        }
+    }
+
+    /// Users `a` (live budget) and `b` (a Renyi filter already full), two ratings each.
+    fn snapshot() -> Snapshot {
+        let orders = default_orders();
+        let budget = |rdp: f64| UserBudget {
+            eps: 10.0,
+            delta: 1e-6,
+            consumed: RdpCurve::new(orders.clone(), vec![rdp; orders.len()]).unwrap(),
+        };
+        let rating = |id: i64, user: &str, item: &str| RatingRow {
+            id,
+            user: user.into(),
+            item: item.into(),
+            value: 4.0,
+            eps: 2.0,
+            spent: 0.0,
+            rho: 0.0,
+            ldp: false,
+        };
+        Snapshot {
+            ratings: vec![
+                rating(1, "a", "x"),
+                rating(2, "a", "y"),
+                rating(3, "b", "x"),
+                rating(4, "b", "y"),
+            ],
+            users: [("a".into(), budget(0.0)), ("b".into(), budget(1e6))].into(),
+            items: vec!["x".into(), "y".into()],
+        }
+    }
+
+    /// A rating-level trainer is refused by the release itself without the switch (the
+    /// reason names it); with it, the release is planned as rating-level: no user-level
+    /// event, no calibration, the popularity eps as configured, and a user whose filter
+    /// is full takes no part.
+    #[test]
+    fn rating_level_admission_needs_the_switch_and_plans_no_user_charge() {
+        let snap = snapshot();
+        for name in ["pdp-pmf", "dp-pmf"] {
+            let t: Arc<dyn Trainer> = Arc::from(build(name, &Params::new()).unwrap());
+            let e = admit(&config(false), &t, &snap).err().unwrap();
+            assert!(
+                matches!(e, ReleaseError::RatingLevelNotAllowed { .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("trainer.allow_rating_level"), "{e}");
+            let a = admit(&config(true), &t, &snap).unwrap();
+            assert_eq!(a.guarantee, Guarantee::RatingLevel);
+            assert!(a.private && a.user_event.is_none());
+            assert_eq!(a.popularity_eps, 0.05);
+            let admitted: Vec<usize> = a.plan.admitted.iter().map(|r| r.index).collect();
+            assert_eq!(admitted, vec![0, 1], "{name}");
+            assert!(a.plan.users_excluded.contains_key("b"));
+        }
+        // The switch does not change a user-level trainer's release.
+        let t: Arc<dyn Trainer> = Arc::from(build("dp-alt", &Params::new()).unwrap());
+        let a = admit(&config(true), &t, &snap).unwrap();
+        assert_eq!(a.guarantee, Guarantee::Proven);
+        assert!(a.user_event.is_some());
+    }
+
+    /// A rating-level release writes its rating charges and no user charge (the user
+    /// ledger is not charged as if it were user-level); a Gaussian part is refused, since
+    /// the audit's group-privacy bound adds up pure eps only.
+    #[test]
+    fn rating_level_charges_write_no_user_charge() {
+        let snap = snapshot();
+        let t: Arc<dyn Trainer> = Arc::from(build("pdp-pmf", &Params::new()).unwrap());
+        let a = admit(&config(true), &t, &snap).unwrap();
+        let set = training_set(&snap, &a.plan).unwrap();
+        let mut trainer = ReleaseCharges {
+            ratings: vec![
+                RatingCharge {
+                    position: 0,
+                    eps: 0.4,
+                },
+                RatingCharge {
+                    position: 1,
+                    eps: 0.3,
+                },
+            ],
+            ..ReleaseCharges::default()
+        };
+        let none = ReleaseCharges::default();
+        let collect = |trainer: &ReleaseCharges, event: Option<&PrivacyEvent>| {
+            collect_charges(&snap, &a.plan, &set, trainer, &none, event)
+        };
+        let c = collect(&trainer, None).unwrap();
+        assert!(c.users.is_empty());
+        let eps: Vec<f64> = c.ratings.iter().map(|r| r.eps_train).collect();
+        assert_eq!(eps, vec![0.4, 0.3]);
+        // The same charges with a user-level event charge every admitted user.
+        let event = PrivacyEvent::pure_dp(0.1, 1).unwrap();
+        let c = collect(&trainer, Some(&event)).unwrap();
+        assert_eq!(c.users.keys().collect::<Vec<_>>(), vec!["a"]);
+        trainer.rating_rho.push(RatingRho {
+            position: 0,
+            rho: 0.01,
+        });
+        let e = collect(&trainer, None).unwrap_err();
+        assert!(e.to_string().contains("rating-level"), "{e}");
+    }
 }

@@ -28,6 +28,19 @@ pub struct UserReleaseCharge {
     pub rating_eps_total: f64,
 }
 
+/// What one rating-level release charged a user's ratings (the audit's group-privacy
+/// bound adds these up).
+#[derive(Debug, Clone)]
+pub struct RatingLevelCharge {
+    pub release: ReleaseRow,
+    pub ratings_charged: i64,
+    /// Sum of the pure eps (training and DP popularity) charged to the user's ratings.
+    pub eps: f64,
+    /// Sum of Gaussian `rho` charged to them (0: a rating-level release charges pure eps
+    /// only, `release::steps::collect_charges`).
+    pub rho: f64,
+}
+
 impl Store {
     // ----- audit ------------------------------------------------------------------
 
@@ -118,6 +131,40 @@ impl Store {
             });
         }
         Ok((total, out))
+    }
+
+    /// Every rating-level release that charged the user's ratings, newest first, with what
+    /// it charged them (deleted ratings included: the ledger keeps their history).
+    pub async fn rating_level_charges(
+        &self,
+        user: &str,
+    ) -> Result<Vec<RatingLevelCharge>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT c.release_id, COUNT(*), COALESCE(SUM(c.eps_train + c.eps_popularity), 0.0), \
+             COALESCE(SUM(c.rho), 0.0) FROM rating_charges c \
+             JOIN releases r ON r.id = c.release_id \
+             WHERE c.user_id = $1 AND r.guarantee = $2 \
+             GROUP BY c.release_id ORDER BY c.release_id DESC",
+        )
+        .bind(user)
+        .bind(crate::train::Guarantee::RatingLevel.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let id: i64 = r.try_get(0)?;
+            let release = self
+                .release(id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("charge of missing release {id}")))?;
+            out.push(RatingLevelCharge {
+                release,
+                ratings_charged: r.try_get(1)?,
+                eps: r.try_get(2)?,
+                rho: r.try_get(3)?,
+            });
+        }
+        Ok(out)
     }
 
     /// The number of rows of `table` (a constant name) that belong to `user`.

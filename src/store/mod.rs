@@ -25,7 +25,7 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-pub use audit::{RatingAuditRow, UserReleaseCharge};
+pub use audit::{RatingAuditRow, RatingLevelCharge, UserReleaseCharge};
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
 pub use releases::{

@@ -34,8 +34,17 @@ pub enum Neighbour {
 pub enum Guarantee {
     /// No privacy claim (baselines). Never served unless explicitly allowed.
     NonPrivate,
-    /// The charges are proven for this code (DESIGN 2); the only kind the ledger accepts.
+    /// The charges are proven for this code (DESIGN 2) at both units: each rating's eps_ij
+    /// and each user's (eps_u, delta_u) are enforced. The served default.
     Proven,
+    /// Proven for this code at the rating unit only (DESIGN 3, rating-level mode): the
+    /// proof covers adding or removing ONE rating (PDP-PMF, DP-PMF objective
+    /// perturbation) and states no user-level bound. Served only when the operator opts in
+    /// (`trainer.allow_rating_level`); each rating's eps_ij is enforced as always, the
+    /// user-level Renyi ledger is not charged, and each user's audit shows the
+    /// group-privacy bound these releases imply (shown, not enforced;
+    /// docs/privacy/guarantee.md).
+    RatingLevel,
     /// Faithful to a paper whose proof does not cover the code; see [`PAPER_FAITHFUL`].
     /// Never served, never used to justify a ledger charge.
     PaperClaimed,
@@ -84,6 +93,7 @@ named_enum!(Neighbour { AddRemove => "add-remove", Replace => "replace" });
 named_enum!(Guarantee {
     NonPrivate => "non-private",
     Proven => "proven",
+    RatingLevel => "rating-level",
     PaperClaimed => "paper-claimed",
     LocalDp => "local-dp",
 });

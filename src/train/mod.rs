@@ -139,7 +139,9 @@ pub trait Trainer: Send + Sync {
     fn name(&self) -> &'static str;
     /// The effective hyper-parameters (after defaults), for reports.
     fn params(&self) -> serde_json::Value;
-    /// The claim this trainer's output carries; only [`Guarantee::Proven`] may be served.
+    /// The claim this trainer's output carries. [`Guarantee::Proven`] is served;
+    /// [`Guarantee::RatingLevel`] only in the operator's rating-level mode
+    /// (`trainer.allow_rating_level`); non-private and local-DP ones by their own rules.
     fn guarantee(&self) -> Guarantee;
     /// The RDP event each participating user will be charged by one release, known before
     /// training so the curator can leave out users whose Renyi filter would not admit it.
@@ -190,7 +192,8 @@ pub struct TrainerEntry {
     pub name: &'static str,
     pub about: &'static str,
     pub build: fn(&Params) -> Result<Box<dyn Trainer>, TrainError>,
-    /// `Some` exactly for trainers whose guarantee is [`Guarantee::Proven`].
+    /// `Some` exactly for trainers whose guarantee is [`Guarantee::Proven`] or
+    /// [`Guarantee::RatingLevel`] (proven at the rating unit).
     pub proof: Option<Proof>,
 }
 
@@ -221,8 +224,8 @@ pub const TRAINERS: &[TrainerEntry] = &[
     TrainerEntry { name: "als-mf", about: "biased matrix factorization by alternating least squares (non-private)", build: |p| boxed(als::AlsMf::from_params(p)), proof: None },
     TrainerEntry { name: "gaussian-mf", about: "DP user profiles: clipped, Gaussian-noised gradient steps on public item factors (RDP-charged per user)", build: |p| boxed(gaussian_mf::GaussianMf::from_params(p)), proof: proof("docs/privacy/gaussian-mf.md", "one_step_noise_scale_is_lr_sigma_c_and_wrong_sigma_fails") },
     TrainerEntry { name: "paper-gaussian-mf", about: "Gaussian-MF as in Mugdho-Imtiaz (noise on user gradients only; paper-claimed, not proven)", build: |p| boxed(gaussian_mf::PaperGaussianMf::from_params(p)), proof: None },
-    TrainerEntry { name: "pdp-pmf", about: "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven)", build: |p| boxed(objpert::PdpPmf::from_params(p, false)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
-    TrainerEntry { name: "dp-pmf", about: "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven)", build: |p| boxed(objpert::PdpPmf::from_params(p, true)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
+    TrainerEntry { name: "pdp-pmf", about: "PDP-PMF production form: RSM sampling + objective perturbation of item profiles on public/DP U (proven for one rating: rating-level, served only with trainer.allow_rating_level)", build: |p| boxed(objpert::PdpPmf::from_params(p, false)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
+    TrainerEntry { name: "dp-pmf", about: "DP-PMF production form: one uniform eps, objective perturbation of item profiles on public/DP U (proven for one rating: rating-level, served only with trainer.allow_rating_level)", build: |p| boxed(objpert::PdpPmf::from_params(p, true)), proof: proof("docs/privacy/pdp-pmf.md", "item_noise_norm_is_gamma_dim_c_over_eps_noise") },
     TrainerEntry { name: "paper-pdp-pmf", about: "PDP-PMF as in the paper (non-private U, eta per iteration); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, false)), proof: None },
     TrainerEntry { name: "paper-dp-pmf", about: "DP-PMF as in the paper (uniform eps, non-private U); paper-faithful, claim not proven", build: |p| boxed(objpert::PaperPmf::from_params(p, true)), proof: None },
     TrainerEntry { name: "blp-mog-mf", about: "BLP-MoG-MF: mixture-of-Gaussians EM with weighted MF on client-perturbed (LDP) ratings; eps=E simulates the clients (eval, paper-claimed); docs/privacy/blp-ldp.md", build: |p| boxed(blp_mog_mf::BlpMogMf::from_params(p)), proof: None },
@@ -289,15 +292,16 @@ mod tests {
     }
 
     /// The OpenDP-style link from a proven trainer to its proof: the table names a doc
-    /// under docs/privacy/ for exactly the proven trainers, the doc exists and names the
-    /// trainer and its noise-scale test, and that test exists in the code.
+    /// under docs/privacy/ for exactly the proven trainers (at both units, or at the
+    /// rating unit only), the doc exists and names the trainer and its noise-scale test,
+    /// and that test exists in the code.
     #[test]
     fn every_proven_trainer_names_its_proof() {
         let code = format!("{}{}", sources("src"), sources("tests"));
         for e in TRAINERS {
             let t = (e.build)(&Params::new()).unwrap();
             assert_eq!(t.name(), e.name);
-            let proven = t.guarantee() == Guarantee::Proven;
+            let proven = matches!(t.guarantee(), Guarantee::Proven | Guarantee::RatingLevel);
             assert_eq!(proven, e.proof.is_some(), "{}: proof iff proven", e.name);
             let Some(p) = e.proof else { continue };
             assert!(p.doc.starts_with("docs/privacy/"), "{}", p.doc);

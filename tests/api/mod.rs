@@ -24,6 +24,7 @@ mod operator;
 mod pages;
 mod predict;
 mod private_gd;
+mod rating_level;
 mod ratings;
 mod recommend;
 mod topn;

@@ -87,6 +87,7 @@ pub fn render(v: &ReceiptView) -> String {
         body.push_str(&format!("<p class=\"note\">{}</p>\n", esc(note)));
     }
     body.push_str(&budget_section(v));
+    body.push_str(&rating_level_section(v));
     body.push_str(&ratings_section(v));
     body.push_str(&releases_section(v));
     body.push_str(PROMISE);
@@ -106,7 +107,7 @@ fn budget_section(v: &ReceiptView) -> String {
     let left = match s.releases_left {
         Some(u64::MAX) => "unlimited".to_string(),
         Some(n) => n.to_string(),
-        None => "n/a (no release yet)".to_string(),
+        None => "n/a (no user-level release yet)".to_string(),
     };
     let mut out = format!(
         "<h2>Your budget (all your ratings together)</h2>\n<div class=\"kv\">\
@@ -151,6 +152,44 @@ fn budget_section(v: &ReceiptView) -> String {
         out.push_str("<h3>In use after each release you took part in</h3>\n");
         out.push_str(&line_chart(&points, a.budget.eps, "eps in use"));
     }
+    out
+}
+
+/// The rating-level releases that used the user's ratings and their group-privacy bound
+/// (shown, not enforced); nothing when there are none.
+fn rating_level_section(v: &ReceiptView) -> String {
+    let Some(b) = &v.audit.rating_level else {
+        return String::new();
+    };
+    let mut out = format!(
+        "<h2>Rating-level releases (a bound shown, not enforced)</h2>\n<div class=\"kv\">\
+         <div><span>all your ratings together, at most eps</span>\
+         <b class=\"big\" id=\"rating-level-eps\">{}</b> (delta 0; not counted in your \
+         budget above)</div></div>\n<p class=\"note\">The operator turned on the rating-level \
+         mode: {} release(s) below were proven for one rating only. Each of your ratings was \
+         charged as usual (its eps_ij is enforced, see the table of ratings), but nothing was \
+         charged to your user-level budget above. What they imply for all your ratings \
+         together is at most the sum of what they charged your ratings: {}.</p>\n\
+         <table id=\"rating-level\"><thead><tr><th>release</th><th>started</th>\
+         <th>trainer</th><th class=\"n\">your ratings charged</th><th class=\"n\">eps \
+         charged to them</th></tr></thead><tbody>\n",
+        num(b.eps, EPS_DIGITS),
+        b.releases.len(),
+        esc(&b.note),
+    );
+    for r in &b.releases {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td><code>{}</code> ({})</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>\n",
+            r.release_id,
+            time(r.created_at),
+            esc(&r.trainer),
+            esc(&name_of(&r.guarantee)),
+            r.ratings_charged,
+            num(Some(r.eps), EPS_DIGITS),
+        ));
+    }
+    out.push_str("</tbody></table>\n");
     out
 }
 
@@ -380,6 +419,10 @@ that much. A rating with nothing left is no longer used (you still see it above)
 releases. Every release costs every taking-part user the same amount, fixed before any data \
 is seen, and the noise is planned so that the planned number of releases fits your budget. \
 When it is used up, your data is no longer used for training.</li>\
+<li><b>Rating-level releases</b> (only if the operator opts in; labelled \
+<code>rating-level</code>): protected per rating as above, but not counted against your \
+per-user budget; what they imply for all your ratings together is shown on this page as a \
+bound, not enforced.</li>\
 <li><b>What decides whether your data is used:</b> only public information and your own \
 past charges, never whether anybody else's data exists.</li>\
 <li><b>Your recommendations</b> are computed from the public model and your own ratings \
@@ -434,6 +477,7 @@ mod tests {
                     offset: 0,
                     entries: vec![],
                 },
+                rating_level: None,
                 local_reports: vec![],
             },
             history: vec![(None, 0.5), (Some(1), 1.0), (Some(2), 2.25)],
@@ -446,6 +490,35 @@ mod tests {
             generated_at: 0,
             served_release: Some(2),
         }
+    }
+
+    /// The rating-level section: present exactly when the audit has a bound, with the
+    /// bound's figure, each release's term and the words "not enforced".
+    #[test]
+    fn the_rating_level_bound_is_shown_not_enforced() {
+        use crate::api::users::{RatingLevelBound, RatingLevelReleaseView, RATING_LEVEL_NOTE};
+        let mut v = view("u1", "i1");
+        let html = render(&v);
+        assert!(!html.contains("id=\"rating-level-eps\""), "{html}");
+        let release = |id: i64, eps: f64| RatingLevelReleaseView {
+            release_id: id,
+            trainer: "pdp-pmf".into(),
+            guarantee: crate::train::Guarantee::RatingLevel,
+            created_at: 0,
+            mechanisms: vec![],
+            ratings_charged: 3,
+            eps,
+        };
+        v.audit.rating_level = Some(RatingLevelBound {
+            eps: Some(1.5),
+            enforced: false,
+            note: RATING_LEVEL_NOTE.into(),
+            releases: vec![release(4, 0.75), release(3, 0.75)],
+        });
+        let html = render(&v);
+        assert!(html.contains("id=\"rating-level-eps\">1.500</b>"), "{html}");
+        assert!(html.contains("not enforced") && html.contains("(rating-level)"));
+        assert_eq!(html.matches("<td class=\"n\">0.750</td>").count(), 2);
     }
 
     #[test]
@@ -503,6 +576,7 @@ mod tests {
             "# What dprec promises you, and what it does not",
             "## Two guarantees, both enforced",
             "## What dprec does not promise",
+            "## Rating-level mode: an operator's opt-in",
             "**What decides whether your data is used.**",
         ] {
             assert!(doc.contains(heading), "guarantee.md lost {heading:?}");

@@ -4,9 +4,11 @@
 //!
 //! - [`step`]: the production DP item step ([`dp_item_step`]), reusable by other trainers.
 //! - [`PdpPmf`]: trainers `pdp-pmf` (personalised eps, RSM) and `dp-pmf` (one uniform eps,
-//!   no sampling), both [`Guarantee::Proven`]: U is data-independent (`users=random`) or
-//!   an already published DP model (`users=prior`), eta is drawn once, `Delta = c` for the
-//!   log-cosh loss, and the Jacobian term `ln(1 + 1/lambda_v)` is charged.
+//!   no sampling), both [`Guarantee::RatingLevel`]: proven for one rating (U is
+//!   data-independent (`users=random`) or an already published DP model (`users=prior`),
+//!   eta is drawn once, `Delta = c` for the log-cosh loss, and the Jacobian term
+//!   `ln(1 + 1/lambda_v)` is charged), with no user-level bound, so the service serves
+//!   them only in the operator's rating-level mode (`trainer.allow_rating_level`).
 //! - [`paper`]: `paper-pdp-pmf` / `paper-dp-pmf`, faithful to the paper's Algorithms 1-2
 //!   (non-private U, eta resampled each iteration, `Delta = r_max - r_min`), labelled
 //!   [`PAPER_FAITHFUL`](crate::train::charges::PAPER_FAITHFUL), [`Guarantee::PaperClaimed`].
@@ -362,8 +364,10 @@ impl Trainer for PdpPmf {
         }
     }
 
+    /// Proven for one rating (add/remove); no user-level bound fits a plan
+    /// (`user_level_group_privacy_does_not_fit_the_default_plan`), so rating-level.
     fn guarantee(&self) -> Guarantee {
-        Guarantee::Proven
+        Guarantee::RatingLevel
     }
 
     fn params(&self) -> serde_json::Value {
@@ -385,8 +389,9 @@ impl Trainer for PdpPmf {
 
     /// `dp-pmf`: every participating user is charged `PureDp { eps }`. `pdp-pmf`: at most
     /// `PureDp { t }` (an upper bound: the charge is the user's largest `min(eps_k, t)`).
-    /// This is the rating-unit event; no user-level event is stated (the service refuses
-    /// to release these trainers): group privacy over a user's up to `m` ratings costs
+    /// This is the rating-unit event; no user-level event is stated (the service serves
+    /// these trainers only in the rating-level mode, where each user's audit shows the
+    /// group-privacy bound instead): group privacy over a user's up to `m` ratings costs
     /// `m t` per release (672.8 at t = 0.4 and ML-100K's m = 1682), far above what one
     /// release of the default plan may cost a user (docs/privacy/pdp-pmf.md, section 3).
     fn planned_user_event(&self) -> Option<PrivacyEvent> {
@@ -470,7 +475,7 @@ impl Trainer for PdpPmf {
         Ok(Fitted {
             model,
             charges: out.charges,
-            guarantee: Guarantee::Proven,
+            guarantee: Guarantee::RatingLevel,
             ranker: None,
         })
     }
@@ -514,8 +519,8 @@ mod tests {
         lo
     }
 
-    /// Why `pdp-pmf` / `dp-pmf` state no user-level event (and so stay refused by the
-    /// service): the only honest bound is group privacy over the user's ratings, each
+    /// Why `pdp-pmf` / `dp-pmf` state no user-level event (and so are served only in the
+    /// rating-level mode): the only honest bound is group privacy over the user's ratings, each
     /// charged up to t per release. Under the default plan (52 releases in eps_u = 10,
     /// delta_u = 1e-6) one release may cost a user at most `allowance` in pure eps, which
     /// is below the default t itself: even a public cap of ONE rating per user per release
