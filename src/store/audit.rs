@@ -139,12 +139,19 @@ impl Store {
         &self,
         user: &str,
     ) -> Result<Vec<RatingLevelCharge>, StoreError> {
+        // Charge sets (one row per user and charge, `n` ratings) and per-rating rows from
+        // before migration 0012, summed per release.
         let rows = sqlx::query(
-            "SELECT c.release_id, COUNT(*), COALESCE(SUM(c.eps_train + c.eps_popularity), 0.0), \
-             COALESCE(SUM(c.rho), 0.0) FROM rating_charges c \
+            "SELECT release_id, CAST(SUM(n) AS BIGINT), COALESCE(SUM(eps), 0.0), \
+             COALESCE(SUM(rho), 0.0) FROM (\
+             SELECT c.release_id, c.n, c.n * (c.eps_train + c.eps_popularity) AS eps, \
+             c.n * c.rho AS rho FROM rating_charge_sets c \
              JOIN releases r ON r.id = c.release_id \
              WHERE c.user_id = $1 AND r.guarantee = $2 \
-             GROUP BY c.release_id ORDER BY c.release_id DESC",
+             UNION ALL SELECT c.release_id, 1, c.eps_train + c.eps_popularity, c.rho \
+             FROM rating_charges c JOIN releases r ON r.id = c.release_id \
+             WHERE c.user_id = $1 AND r.guarantee = $2) AS charged \
+             GROUP BY release_id ORDER BY release_id DESC",
         )
         .bind(user)
         .bind(crate::train::Guarantee::RatingLevel.as_str())
