@@ -462,7 +462,9 @@ impl Retrainer {
         started_at: i64,
         force: bool,
     ) -> Result<Released, ReleaseError> {
+        let mut clock = StageClock::start();
         let snap = self.background.snapshot().await?;
+        clock.mark("snapshot");
         let Admission {
             plan,
             private,
@@ -471,9 +473,12 @@ impl Retrainer {
             popularity_eps: pop_eps,
             user_event,
         } = steps::admit(&self.config, &self.trainer, &snap)?;
+        clock.mark("admission");
         let set = steps::training_set(&snap, &plan)?;
+        clock.mark("training set");
         let prior = self.prior(&set, guarantee);
         let (fitted, mut rng) = steps::fit(trainer.clone(), &set, &self.config, prior).await?;
+        clock.mark("fit");
         let (counts, pop_charges) = match guarantee {
             // Nothing charged pays for counts of who rated what: no popularity.
             Guarantee::LocalDp => (vec![0; set.items.len()], ReleaseCharges::default()),
@@ -524,7 +529,11 @@ impl Retrainer {
             _ => self.input_shortfall(&popularity.counts),
         };
         let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
-        self.commit(published, &rec, &plan, shortfall, force).await
+        clock.mark("popularity, charges, record");
+        let out = self.commit(published, &rec, &plan, shortfall, force).await;
+        clock.mark("commit");
+        log::info!("release stages: {clock}");
+        out
     }
 
     /// [`input_shortfall`] of a release's DP counts against the served model's.
@@ -637,6 +646,39 @@ impl Retrainer {
             .set(row.release.created_at as f64 / 1000.0);
         self.registry.publish(Arc::new(p));
         Ok(Some(id))
+    }
+}
+
+/// Wall time of each stage of one release, for the server log (admin-visible only, like
+/// the job's durations): where a release at scale spends its time.
+struct StageClock {
+    last: std::time::Instant,
+    stages: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl StageClock {
+    fn start() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            stages: Vec::new(),
+        }
+    }
+
+    /// Ends the stage `name` now.
+    fn mark(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.stages.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for StageClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (k, (name, d)) in self.stages.iter().enumerate() {
+            let sep = if k == 0 { "" } else { ", " };
+            write!(f, "{sep}{name} {:.1} s", d.as_secs_f64())?;
+        }
+        Ok(())
     }
 }
 

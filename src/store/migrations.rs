@@ -69,6 +69,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "rating_charge_sets",
         include_str!("../../migrations/postgres/0012_rating_charge_sets.sql"),
     ),
+    (
+        13,
+        "ratings_fillfactor",
+        include_str!("../../migrations/postgres/0013_ratings_fillfactor.sql"),
+    ),
 ];
 
 pub async fn run(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::Error> {

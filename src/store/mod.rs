@@ -438,6 +438,14 @@ impl Store {
     }
 
     /// `FOR UPDATE` on PostgreSQL (row locks), nothing on SQLite (already exclusive).
+    /// An aggregate of the grouped rows' `id`s as comma-separated text.
+    pub(crate) fn id_list_aggregate(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => "string_agg(CAST(id AS TEXT), ',')",
+            Backend::Sqlite => "group_concat(id, ',')",
+        }
+    }
+
     pub fn for_update(&self) -> &'static str {
         match self.backend {
             Backend::Postgres => " FOR UPDATE",
