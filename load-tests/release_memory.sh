@@ -113,6 +113,7 @@ case "$cmd" in
         echo "peak RSS: $before kB after start-up, $(hwm) kB after the release (VmHWM)"
         # The commit logs its ledger transactions (count, total and longest time).
         grep -Eo 'release [0-9]+: [0-9]+ rating and [0-9]+ user charges committed.*' "$scratch/serve.log" | sed 's/^/ledger:   /' || true
+        grep -Eo 'release stages: .*' "$scratch/serve.log" | sed 's/^release stages: /stages:   /' || true
         ;;
     *) echo "usage: release_memory.sh prepare|release --bin PATH --store DIR" >&2; exit 2 ;;
 esac

@@ -395,7 +395,6 @@ async fn commit(
     let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();
     let mut release_id: Option<i64> = None;
-    let mut longest = std::time::Duration::ZERO;
     // Where the time goes (logged at the end): user and rating work inside the
     // transactions, and the pauses between them.
     let mut phases = PhaseTimes::default();
@@ -435,7 +434,7 @@ async fn commit(
             }
         }
         let took = t.elapsed();
-        longest = longest.max(took);
+        phases.longest = phases.longest.max(took);
         if k + 1 < n {
             // Writers queued on the in-process gate get it first (it is fair); the pause
             // also lets writers polling SQLite's lock (other processes, writes that do not
@@ -454,14 +453,10 @@ async fn commit(
     let id = release_id.expect("at least one chunk");
     log::info!(
         "release {id}: {} rating and {} user charges committed in {n} ledger transaction(s), \
-         {:.0} ms in all, longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms)",
+         {:.0} ms in all, {phases}",
         rec.rating_charges.len(),
         users.len(),
         started.elapsed().as_secs_f64() * 1e3,
-        longest.as_secs_f64() * 1e3,
-        phases.users.as_secs_f64() * 1e3,
-        phases.ratings.as_secs_f64() * 1e3,
-        phases.paused.as_secs_f64() * 1e3,
     );
     Ok(id)
 }
@@ -482,6 +477,22 @@ struct PhaseTimes {
     users: std::time::Duration,
     ratings: std::time::Duration,
     paused: std::time::Duration,
+    /// The longest transaction.
+    longest: std::time::Duration,
+}
+
+impl std::fmt::Display for PhaseTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms)",
+            ms(self.longest),
+            ms(self.users),
+            ms(self.ratings),
+            ms(self.paused)
+        )
+    }
 }
 
 /// One ledger transaction of a commit; returns the release id (inserted by the first).
@@ -654,6 +665,18 @@ async fn charge_ratings(
     if part.is_empty() {
         return Ok(());
     }
+    let stored = lock_and_read_ratings(store, tx, part).await?;
+    let increments = recheck_ratings(part, &stored)?;
+    update_spends(tx, part).await?;
+    insert_charge_sets(tx, release_id, rec, part, &increments).await
+}
+
+/// The stored `(eps, spent, rho)` of every rating of `part`'s users, locked.
+async fn lock_and_read_ratings(
+    store: &Store,
+    tx: &mut Tx,
+    part: &[&RatingChargeRow],
+) -> Result<HashMap<i64, (f64, f64, f64)>, CommitError> {
     // Lock in (user, item) order, the order ingestion locks in (no deadlock cycle on
     // PostgreSQL): statements take consecutive users, each ordered by (user, item). Every
     // rating of those users is locked and read; only the charged ones are used.
@@ -698,7 +721,11 @@ async fn charge_ratings(
             }
         }
     }
-    let increments = recheck_ratings(part, &stored)?;
+    Ok(stored)
+}
+
+/// Writes each charged rating's new spend (the re-check passed).
+async fn update_spends(tx: &mut Tx, part: &[&RatingChargeRow]) -> Result<(), CommitError> {
     // The new state is `spent + charge`, `rho + c.rho`: the same IEEE additions the
     // re-check made, done by the database over each distinct charge's ratings.
     let mut by_charge: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
@@ -730,7 +757,7 @@ async fn charge_ratings(
             }
         }
     }
-    insert_charge_sets(tx, release_id, rec, part, &increments).await
+    Ok(())
 }
 
 /// Rating ids written into the statement as integer literals (`1, 2, 5`): they are
