@@ -350,6 +350,18 @@ fn pool_options(backend: Backend, max_connections: u32, full_sync: bool) -> AnyP
                 Ok(())
             })
         });
+    } else {
+        // No JIT: the service's statements are short, and the planner's cost estimate
+        // (high on a table not analysed yet, e.g. right after a bulk import) made
+        // PostgreSQL JIT-compile each ledger read, about 1-2 s a statement at ML-20M size
+        // (a release's commit ran at 1,500 ratings/s instead of tens of thousands).
+        pool = pool.after_connect(|conn, _| {
+            Box::pin(async move {
+                use sqlx::Executor;
+                conn.execute("SET jit = off").await?;
+                Ok(())
+            })
+        });
     }
     pool
 }
