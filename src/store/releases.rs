@@ -392,6 +392,7 @@ async fn commit(
     // each other in a cycle on PostgreSQL (deadlock_detected). Users are locked by id.
     let mut ratings: Vec<&RatingChargeRow> = rec.rating_charges.iter().collect();
     ratings.sort_by(|a, b| (&a.user, &a.item).cmp(&(&b.user, &b.item)));
+    store.refresh_planner_statistics().await?;
     let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();
     let mut release_id: Option<i64> = None;
