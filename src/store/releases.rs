@@ -260,14 +260,14 @@ pub struct CommitPoint {
 pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
 /// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
-/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. Sized
-/// so one transaction lasts about as long as when issue 12 tuned it (2,000 rows then, when
-/// a rating cost four times what a charge set costs now): ~100 ms at ML-20M size.
-pub const DEFAULT_COMMIT_ROWS: usize = 8_000;
+/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. 8,000
+/// rows (as long a transaction, with charge sets, as 2,000 were before) measured worse
+/// under mixed load at 1M ratings (top-N p99 10.7 s, ingestion p99 903 ms, against 768 ms
+/// and 229 ms at 2,000, single runs): kept at 2,000.
+pub const DEFAULT_COMMIT_ROWS: usize = 2_000;
 /// Weight of a user charge in a chunk: it reads, parses, composes and rewrites the
-/// user's RDP curve (156 orders of JSON) besides inserting its charge row (250 users a
-/// transaction, as before).
-const USER_WEIGHT: usize = 32;
+/// user's RDP curve (156 orders of JSON) besides inserting its charge row.
+const USER_WEIGHT: usize = 8;
 /// Users per statement (6 binds per charge row; see [`literal_ids`] for why few).
 const USER_STMT: usize = 50;
 
