@@ -141,4 +141,21 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
     assert!(err(&["gram_share=1"]).contains("gram_share"));
     assert!(err(&["noise_factor=0.5"]).contains("noise_factor"));
     assert!(err(&["threshold=0.2"]).contains("threshold"));
+    assert!(err(&["solve=exact"]).contains("solve"));
+    // Both item reads learn on low-rank data.
+    let ridge = build(
+        "dp-alt",
+        &Params::parse(&["eps=50", "releases=1", "eps_r=none", "solve=ridge"]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ridge.params()["solve"], "ridge");
+    assert_eq!(t.params()["solve"], "eb", "the default read");
+    let res =
+        dprec::eval::evaluate_fold_with(ridge.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
+            .unwrap();
+    assert!(
+        res.rmse < mean_only - 0.05,
+        "ridge {} vs {mean_only}",
+        res.rmse
+    );
 }

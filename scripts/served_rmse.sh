@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# A rating-level trainer served end to end against `dprec eval` on MovieLens-100K u1
-# (issue 21 item 3; docs/EVALUATION.md, "The papers' trainers served in the rating-level
-# mode"). Starts a scratch service (SQLite, real keys, every setting at its default) with
-# DPREC_TRAINER__NAME=TRAINER and DPREC_TRAINER__ALLOW_RATING_LEVEL=true, imports u1.base,
+# A rating predictor served end to end against `dprec eval` on MovieLens-100K u1
+# (issue 21; docs/EVALUATION.md, "The joint-DP rating predictor" and "The papers'
+# trainers served in the rating-level mode"). Starts a scratch service (SQLite, real keys,
+# every setting at its default) with DPREC_TRAINER__NAME=TRAINER (and, for the rating-level
+# trainers pdp-pmf and dp-pmf, DPREC_TRAINER__ALLOW_RATING_LEVEL=true), imports u1.base,
 # then runs RELEASES admin retrains; after each one it predicts every u1.test rating
 # through GET /v1/users/{user}/predictions (scripts/service_rmse.py) and checks that every
-# answer is labelled rating-level. Finally it runs `dprec eval` on u1 with the trainer's
+# answer carries the trainer's guarantee (rating-level, or proven for dp-alt). Finally it
+# runs `dprec eval` on u1 with the trainer's
 # defaults and, for pdp-pmf, with the per-rating budget the service gives every rating at
 # the default settings (eps_ij 12 x share 0.1, less the popularity eps 0.05 = 1.15: above
 # t = 0.4, so RSM keeps every rating), the served setting.
@@ -14,7 +16,7 @@
 # paper's preference generator (scripts/import_paper_preferences.py), so the service's
 # per-rating budgets follow the preferences `dprec eval --trainer pdp-pmf` draws by default.
 #
-#   scripts/rating_level_rmse.sh [--bin PATH] [--trainer pdp-pmf|dp-pmf] [--releases N]
+#   scripts/served_rmse.sh [--bin PATH] [--trainer pdp-pmf|dp-pmf|dp-alt] [--releases N]
 #                                [--prefs default|paper]
 #
 # MovieLens-100K is read from $DPREC_ML100K_DIR (default ../shared/datasets/ml-100k).
@@ -32,23 +34,28 @@ while [ $# -gt 0 ]; do
         --trainer) trainer=$2; shift 2 ;;
         --releases) releases=$2; shift 2 ;;
         --prefs) prefs=$2; shift 2 ;;
-        *) echo "rating_level_rmse: unknown argument $1" >&2; exit 2 ;;
+        *) echo "served_rmse: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 bin=$(realpath "$bin" 2>/dev/null || echo "$bin")
 data=$(realpath "$data")
-[ -x "$bin" ] || { echo "rating_level_rmse: no binary at $bin (cargo build --bin dprec, or --bin)" >&2; exit 2; }
-[ -f "$data/u1.base" ] || { echo "rating_level_rmse: no MovieLens-100K u1 split at $data" >&2; exit 2; }
-fail() { echo "rating_level_rmse: FAILED: $*" >&2; exit 1; }
+[ -x "$bin" ] || { echo "served_rmse: no binary at $bin (cargo build --bin dprec, or --bin)" >&2; exit 2; }
+[ -f "$data/u1.base" ] || { echo "served_rmse: no MovieLens-100K u1 split at $data" >&2; exit 2; }
+fail() { echo "served_rmse: FAILED: $*" >&2; exit 1; }
 
 # shellcheck source=lib/service.sh
 . "$root/scripts/lib/service.sh"
 scratch_setup
 export DATABASE_URL="sqlite://$scratch/dprec.sqlite" DPREC_TRAINER__NAME="$trainer"
-export DPREC_TRAINER__ALLOW_RATING_LEVEL=true DPREC_SCHEDULER__ENABLED=false
+export DPREC_SCHEDULER__ENABLED=false
+case "$trainer" in
+    pdp-pmf|dp-pmf) export DPREC_TRAINER__ALLOW_RATING_LEVEL=true; guarantee=rating-level ;;
+    dp-alt) guarantee=proven ;;
+    *) fail "--trainer is pdp-pmf, dp-pmf or dp-alt, got $trainer" ;;
+esac
 start_service "$bin"
 
-echo "\$ DPREC_TRAINER__NAME=$trainer DPREC_TRAINER__ALLOW_RATING_LEVEL=true dprec serve  (scratch SQLite, defaults)"
+echo "\$ DPREC_TRAINER__NAME=$trainer${DPREC_TRAINER__ALLOW_RATING_LEVEL:+ DPREC_TRAINER__ALLOW_RATING_LEVEL=true} dprec serve  (scratch SQLite, defaults)"
 case "$prefs" in
     default)
         echo "\$ dprec import --url \$B --api-key \$ADMIN $data/u1.base"
@@ -69,21 +76,23 @@ for r in $(seq "$releases"); do
     status=$(curl -s "$B/v1/admin/jobs/$job" "${auth[@]}")
     echo "$status" | grep -q '"status":"succeeded"' || fail "job $job: $status"
     current=$(curl -s "$B/v1/models/current" "${auth[@]}")
-    echo "$current" | grep -q '"guarantee":"rating-level"' || fail "current model not labelled: $current"
+    echo "$current" | grep -q "\"guarantee\":\"$guarantee\"" || fail "current model not labelled: $current"
     echo "release $r (job $job): $(echo "$current" | grep -Eo '"guarantee":"[a-z-]+"' | head -1)"
     echo "\$ scripts/service_rmse.py \$B \$ADMIN $data/u1.test"
     python3 "$root/scripts/service_rmse.py" "$B" "$ADMIN" "$data/u1.test"
     one=$(curl -s "$B/v1/users/1/predictions?items=1,2" "${auth[@]}")
-    echo "$one" | grep -q '"guarantee":"rating-level"' || fail "predictions not labelled: $one"
+    echo "$one" | grep -q "\"guarantee\":\"$guarantee\"" || fail "predictions not labelled: $one"
 done
 
-echo "\$ curl -s \$B/v1/users/1/budget?limit=1 | (rating_level: bound shown, not enforced)"
-curl -s "$B/v1/users/1/budget?limit=1" "${auth[@]}" \
-    | python3 -c 'import json, sys
+if [ "$guarantee" = rating-level ]; then
+    echo "\$ curl -s \$B/v1/users/1/budget?limit=1 | (rating_level: bound shown, not enforced)"
+    curl -s "$B/v1/users/1/budget?limit=1" "${auth[@]}" \
+        | python3 -c 'import json, sys
 a = json.load(sys.stdin)
 b, r = a["rating_level"], a["ratings"]["entries"][0]
 print("user 1: %d ratings, first rating spent %.4f of eps_ij %g; rating-level bound eps %.3f over %d releases (enforced: %s); user-level releases %d"
       % (a["ratings"]["total"], r["spent"], r["eps"], b["eps"], len(b["releases"]), b["enforced"], a["releases"]["total"]))'
+fi
 
 if [ "$trainer" = pdp-pmf ] && [ "$prefs" = default ]; then
     served="--trainer pdp-pmf:eps=$(awk 'BEGIN { printf "%.6g", 12 * 0.1 - 0.05 }'),threshold=0.4"
