@@ -19,7 +19,8 @@
 //! - each item's exact weight mass (its noisy count for free) and no Gram noise,
 //! - the whole release's budget on the item biases (no factors, one round),
 //! - the clip `c` that is best on the test fold, an oracle rescaling of the clipped mean
-//!   to the true bias and posterior shrinkage with the true spread of the biases,
+//!   to the true bias, and posterior shrinkage toward a prior fitted to the true biases
+//!   (a line in log(raters): popular items rate higher) with the true spread about it,
 //! - the user biases then solved from the user's own ratings (free under joint DP).
 //!
 //! The other two columns give the same oracle the masses of two real weightings: uniform
@@ -213,7 +214,28 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
         .filter(|&j| !e.m.by_item.row(j).0.is_empty())
         .collect();
     let items = rated.len() as f64;
-    let tau2 = rated.iter().map(|&j| e.ib[j].powi(2)).sum::<f64>() / items;
+    // The prior: the true biases regressed on log(raters) (popular items rate higher),
+    // weighted by raters; the prior variance is what the regression leaves.
+    let ln_n = |j: usize| (e.m.by_item.row(j).0.len() as f64).ln();
+    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &j in &rated {
+        let (w, x, y) = (e.m.by_item.row(j).0.len() as f64, ln_n(j), e.ib[j]);
+        (sw, sx, sy, sxx, sxy) = (
+            sw + w,
+            sx + w * x,
+            sy + w * y,
+            sxx + w * x * x,
+            sxy + w * x * y,
+        );
+    }
+    let b1 = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+    let b0 = (sy - b1 * sx) / sw;
+    let prior = |j: usize| b0 + b1 * ln_n(j);
+    let tau2 = rated
+        .iter()
+        .map(|&j| (e.ib[j] - prior(j)).powi(2))
+        .sum::<f64>()
+        / items;
     let mut best = f64::INFINITY;
     for c in CLIPS {
         // Clipped mean residual per item and the oracle slope back to the true bias.
@@ -271,7 +293,8 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
                 f64::INFINITY
             };
             if sd.is_infinite() {
-                continue; // no weight on this item: its bias stays at the prior
+                ib[j] = prior(j); // no weight on this item: its bias stays at the prior
+                continue;
             }
             let noise = if sd > 0.0 {
                 Normal::new(0.0, sd).unwrap().sample(rng)
@@ -280,7 +303,7 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
             };
             let obs = slope * (ybar[j] + noise);
             let v = slope * slope * (sd * sd + s2 / n);
-            ib[j] = obs * tau2 / (tau2 + v);
+            ib[j] = prior(j) + (obs - prior(j)) * tau2 / (tau2 + v);
         }
         let ub = user_side(&e.m, e.mean, &ib);
         best = best.min(rmse(f, e.mean, &ub, &ib));
