@@ -17,6 +17,7 @@
 # per-rating budgets follow the preferences `dprec eval --trainer pdp-pmf` draws by default.
 #
 #   scripts/served_rmse.sh [--bin PATH] [--trainer pdp-pmf|dp-pmf|dp-alt] [--releases N]
+#                          [--passes N]   (N more timed passes with the solves cached)
 #                                [--prefs default|paper]
 #
 # MovieLens-100K is read from $DPREC_ML100K_DIR (default ../shared/datasets/ml-100k).
@@ -28,12 +29,14 @@ data="${DPREC_ML100K_DIR:-$root/../shared/datasets/ml-100k}"
 trainer=pdp-pmf
 releases=3
 prefs=default
+passes=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
         --trainer) trainer=$2; shift 2 ;;
         --releases) releases=$2; shift 2 ;;
         --prefs) prefs=$2; shift 2 ;;
+        --passes) passes=$2; shift 2 ;;
         *) echo "served_rmse: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -78,8 +81,8 @@ for r in $(seq "$releases"); do
     current=$(curl -s "$B/v1/models/current" "${auth[@]}")
     echo "$current" | grep -q "\"guarantee\":\"$guarantee\"" || fail "current model not labelled: $current"
     echo "release $r (job $job): $(echo "$current" | grep -Eo '"guarantee":"[a-z-]+"' | head -1)"
-    echo "\$ scripts/service_rmse.py \$B \$ADMIN $data/u1.test"
-    python3 "$root/scripts/service_rmse.py" "$B" "$ADMIN" "$data/u1.test"
+    echo "\$ scripts/service_rmse.py \$B \$ADMIN $data/u1.test --passes $passes"
+    python3 "$root/scripts/service_rmse.py" "$B" "$ADMIN" "$data/u1.test" --passes "$passes"
     one=$(curl -s "$B/v1/users/1/predictions?items=1,2" "${auth[@]}")
     echo "$one" | grep -q "\"guarantee\":\"$guarantee\"" || fail "predictions not labelled: $one"
 done
