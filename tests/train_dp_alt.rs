@@ -26,7 +26,7 @@ fn alt(p: &[&str]) -> DpAlt {
 }
 
 /// Personalised budgets: a rating whose ledger affords full part is charged the Gaussian
-/// `rho` of the rating-level multiplier `z / 2`, a poorer one an RSM-sampled pure eps
+/// `rho` of the rating-level multiplier (the bias-only bound), a poorer one an RSM-sampled pure eps
 /// within its budget, a rating not offered nothing; every user with an offered rating is
 /// charged exactly the planned user-level event, once.
 #[test]
@@ -47,7 +47,9 @@ fn charges_follow_the_ledger_rules() {
     assert_eq!(fit.guarantee, Guarantee::Proven);
     let eps = fit.charges.rating_totals(r.len());
     let rho = fit.charges.rating_rho_totals(r.len());
-    let z_r = t.rating_multiplier().unwrap();
+    // Biases only, one round (the default): the direct rating bound, far above z / 2.
+    let z_r = t.rating_multiplier_on(RatingScale::ONE_TO_FIVE).unwrap();
+    assert!(z_r > 2.0 * t.rating_multiplier().unwrap(), "{z_r}");
     for k in 0..r.len() {
         match k % 3 {
             0 => assert_eq!((eps[k], rho[k]), (0.0, 0.0), "rating {k} not offered"),
@@ -137,7 +139,8 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
             .to_string()
     };
     assert!(err(&["rounds=0"]).contains("rounds"));
-    assert!(err(&["beta=1"]).contains("beta"));
+    assert!(err(&["d=2", "beta=1"]).contains("beta"));
+    assert!(err(&["beta=1.5"]).contains("beta"));
     assert!(err(&["gram_share=1"]).contains("gram_share"));
     assert!(err(&["noise_factor=0.5"]).contains("noise_factor"));
     assert!(err(&["threshold=0.2"]).contains("threshold"));

@@ -19,6 +19,7 @@ fn alt_settings(url: &str) -> dprec::config::Settings {
     s.trainer.params = BTreeMap::from([
         ("releases".to_string(), "4".to_string()),
         ("eps".to_string(), "20".to_string()),
+        ("d".to_string(), "2".to_string()),
     ]);
     s
 }

@@ -27,6 +27,7 @@
 use rand::Rng;
 
 use crate::accountant::PrivacyEvent;
+use crate::data::RatingScale;
 use crate::numerics::linalg::cholesky_solve;
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
@@ -88,11 +89,11 @@ impl Default for DpAlt {
                 releases: u64::from(PLANNED),
             },
             noise_factor: 1.0,
-            d: 2,
+            d: 0,
             rounds: 1,
             cap: 4.0,
             clip_y: 1.0,
-            beta: 0.8,
+            beta: 1.0,
             gram_share: 0.15,
             lambda_item: 10.0,
             eb: true,
@@ -112,6 +113,15 @@ impl Default for DpAlt {
         t
     }
 }
+
+/// The default weight of the bias feature when the model has factors (`d > 0`).
+const FACTOR_BETA: f64 = 0.8;
+
+/// The largest per-user rating count the bias-only rating bound is maximised over; past
+/// it every term of [`DpAlt::bias_only_rating_rho`] falls like `1/n` (the weights like
+/// `1/sqrt(n)`, the bias shift like `1/n`), so the maximum lies below it
+/// (`bias_only_rating_bound_is_attained_early` checks 10x and 100x further).
+const BIAS_ONLY_MAX_N: usize = 100_000;
 
 /// The released item-side statistics of one item step.
 #[derive(Debug, Clone)]
@@ -135,6 +145,7 @@ impl DpAlt {
             None | Some("midpoint") => None,
             Some(_) => Some(p.f64("mean", 3.0)?),
         };
+        let dim = p.usize_in("d", d.d, 0, 64)?;
         let t = Self {
             plan: ReleasePlan {
                 eps_u: p.positive("eps", d.plan.eps_u)?,
@@ -142,11 +153,12 @@ impl DpAlt {
                 releases: p.usize_in("releases", d.plan.releases as usize, 1, 1_000_000)? as u64,
             },
             noise_factor: p.positive("noise_factor", d.noise_factor)?,
-            d: p.usize_in("d", d.d, 0, 64)?,
+            d: dim,
             rounds: p.usize_in("rounds", d.rounds, 1, 20)?,
             cap: p.positive("cap", d.cap)?,
             clip_y: p.positive("clip_y", d.clip_y)?,
-            beta: p.positive("beta", d.beta)?,
+            // With factors the bias feature shares the unit bound with them.
+            beta: p.positive("beta", if dim > 0 { FACTOR_BETA } else { d.beta })?,
             gram_share: p.positive("gram_share", d.gram_share)?,
             lambda_item: p.positive("lambda_item", d.lambda_item)?,
             eb: match p.get_str("solve") {
@@ -192,9 +204,61 @@ impl DpAlt {
 
     /// The rating-level multiplier of the whole release: removing one rating changes its
     /// user's weights and profile, so the user's contribution moves by at most twice its
-    /// bound (triangle inequality).
+    /// bound (triangle inequality). Valid for every setting and every scale.
     pub fn rating_multiplier(&self) -> Result<f64, TrainError> {
         Ok(self.multiplier()? / 2.0)
+    }
+
+    /// The rating-level multiplier for ratings on `scale`: with biases only and one
+    /// round (`d = 0`, `rounds = 1`) the per-rating sensitivity is bounded directly
+    /// ([`Self::bias_only_rating_rho`], docs/privacy/dp-alt.md section 2), which is far
+    /// tighter than the triangle bound; otherwise [`Self::rating_multiplier`].
+    pub fn rating_multiplier_on(&self, scale: RatingScale) -> Result<f64, TrainError> {
+        let loose = self.rating_multiplier()?;
+        if self.d > 0 || self.rounds > 1 {
+            return Ok(loose);
+        }
+        let mu = self.mean.unwrap_or((scale.min + scale.max) / 2.0);
+        let half = (mu - scale.min).max(scale.max - mu).max(0.0);
+        let (sg, sh) = self.sigmas()?;
+        let rho = (1..=BIAS_ONLY_MAX_N)
+            .map(|n| self.bias_only_rho(n, half, sg, sh))
+            .fold(0.0, f64::max);
+        Ok(loose.max(1.0 / (2.0 * rho).sqrt()))
+    }
+
+    /// The zCDP cost `rho` one release (`d = 0`, `rounds = 1`) has for removing one of
+    /// the `n` sampled ratings of a user whose ratings lie within `half` of the prior
+    /// mean. The user's bias `b = sum (r - mu) / (n + lambda_user)` (the first round's
+    /// item biases are 0) moves by at most `D = half (2n + lambda) / ((n + lambda)
+    /// (n - 1 + lambda))`; every other rating's clipped residual by at most
+    /// `min(D, 2 clip_y)` and its weight from `w(n)` to `w(n - 1)`; the removed rating's
+    /// terms go. So the Gram moves by `beta^2 sqrt(w(n)^2 + (n-1) (w(n) - w(n-1))^2)`
+    /// and the right-hand sides by `beta sqrt(w(n)^2 c^2 + (n-1) (|w(n) - w(n-1)| c +
+    /// w(n-1) min(D, 2c))^2)`; `rho` is the sum of the two parts' `S^2 / (2 sigma^2)`.
+    pub fn bias_only_rating_rho(&self, n: usize, half: f64) -> Result<f64, TrainError> {
+        let (sg, sh) = self.sigmas()?;
+        Ok(self.bias_only_rho(n, half, sg, sh))
+    }
+
+    fn bias_only_rho(&self, n: usize, half: f64, sg: f64, sh: f64) -> f64 {
+        let (s_g2, s_h2) = self.bias_only_sensitivities(n, half);
+        s_g2 / (2.0 * sg * sg) + s_h2 / (2.0 * sh * sh)
+    }
+
+    /// The squared L2 sensitivities (Gram, right-hand sides) behind
+    /// [`Self::bias_only_rating_rho`].
+    pub fn bias_only_sensitivities(&self, n: usize, half: f64) -> (f64, f64) {
+        let w = |m: usize| (self.cap / m.max(1) as f64).sqrt().min(1.0);
+        let (c, lam, nf) = (self.clip_y, self.lambda_user.max(1e-9), n as f64);
+        let (wn, wm) = (w(n), w(n.saturating_sub(1)));
+        let dw = (wn - wm).abs();
+        let others = nf - 1.0;
+        let d_bias = half * (2.0 * nf + lam) / ((nf + lam) * (nf - 1.0 + lam));
+        let b2 = self.beta * self.beta;
+        let s_g2 = b2 * b2 * (wn * wn + others * dw * dw);
+        let s_h2 = b2 * (wn * wn * c * c + others * (dw * c + wm * d_bias.min(2.0 * c)).powi(2));
+        (s_g2, s_h2)
     }
 
     /// The bound on a user's factors' norm (so `|(beta, p)| <= 1`).
@@ -416,12 +480,12 @@ impl DpAlt {
         })
     }
 
-    fn charges(&self, s: &Sampled, z: f64) -> Result<ReleaseCharges, TrainError> {
+    fn charges(&self, s: &Sampled, z: f64, z_r: f64) -> Result<ReleaseCharges, TrainError> {
         let (sigma_gram, sigma_rhs) = self.sigmas()?;
         let params = serde_json::json!({
             "plan": self.plan, "z": z, "rounds": self.rounds, "cap": self.cap,
             "clip_y": self.clip_y, "beta": self.beta, "sigma_gram": sigma_gram,
-            "sigma_rhs": sigma_rhs, "rating_multiplier": z / 2.0, "delta_r": self.delta_r,
+            "sigma_rhs": sigma_rhs, "rating_multiplier": z_r, "delta_r": self.delta_r,
         });
         let record = |name: &str, unit| MechanismRecord {
             name: name.into(),
@@ -526,7 +590,17 @@ impl Trainer for DpAlt {
             crate::rng::split(rng),
             crate::rng::split(rng),
         );
-        let s = sample(data, &budgets, z / 2.0, self.delta_r, &mut sampling)?;
+        // The bias-only rating bound assumes every rating lies on the public scale.
+        if data
+            .ratings
+            .values
+            .iter()
+            .any(|&v| !(data.scale.min..=data.scale.max).contains(&f64::from(v)))
+        {
+            return Err(invalid("ratings", "a rating lies outside the rating scale"));
+        }
+        let z_r = self.rating_multiplier_on(data.scale)?;
+        let s = sample(data, &budgets, z_r, self.delta_r, &mut sampling)?;
         let n_items = data.matrix.n_items;
         let mut side = JointAls {
             mean: self.mean_of(data),
@@ -550,7 +624,7 @@ impl Trainer for DpAlt {
                 .map(|j| st.gram[j * k2] / (self.beta * self.beta))
                 .collect();
         }
-        let charges = self.charges(&s, z)?;
+        let charges = self.charges(&s, z, z_r)?;
         let mut model = FactorModel::zeros(0, n_items, self.d, side.mean, data.scale);
         for j in 0..n_items {
             model.item_bias[j] = side.item_bias[j];
@@ -723,6 +797,121 @@ mod tests {
         assert!(e < 0.9 * r, "eb {e} vs ridge {r}");
     }
 
+    /// The bias-only rating bound, checked by brute force: for users with 1 to 400
+    /// ratings (extreme values, so the bias shift is large), removing each rating moves
+    /// the exact statistics by a `rho` (at the release's noise) within the bound for
+    /// that `n`, and within the maximum the release charges; the bound is not loose
+    /// (some removal reaches 40% of it).
+    #[test]
+    fn bias_only_rating_bound_holds_by_brute_force() {
+        let t = DpAlt::default();
+        assert_eq!(
+            (t.d, t.rounds),
+            (0, 1),
+            "the default is the bias-only release"
+        );
+        let (sg, sh) = t.sigmas().unwrap();
+        let scale = RatingScale::ONE_TO_FIVE;
+        let z_r = t.rating_multiplier_on(scale).unwrap();
+        let max_rho = 1.0 / (2.0 * z_r * z_r);
+        let n_items = 500;
+        // The first round's side: item biases 0 (no factors).
+        let s0 = JointAls {
+            item_bias: vec![0.0; n_items],
+            item_factors: Vec::new(),
+            d: 0,
+            ..side(n_items, 0)
+        };
+        let mut closest: f64 = 0.0;
+        for n in [1usize, 2, 3, 4, 5, 6, 8, 12, 30, 100, 400] {
+            for pattern in 0..3 {
+                let row: Vec<(usize, f64)> = (0..n)
+                    .map(|i| {
+                        let v = match pattern {
+                            0 => 5.0,
+                            1 => {
+                                if i == 0 {
+                                    1.0
+                                } else {
+                                    5.0
+                                }
+                            }
+                            _ => {
+                                if i % 2 == 0 {
+                                    1.0
+                                } else {
+                                    5.0
+                                }
+                            }
+                        };
+                        ((i * 7) % n_items, v)
+                    })
+                    .collect();
+                let full = t.item_statistics(&s0, std::slice::from_ref(&row));
+                let bound = t.bias_only_rating_rho(n, 2.0).unwrap();
+                let (b_g2, b_h2) = t.bias_only_sensitivities(n, 2.0);
+                assert!(
+                    bound <= max_rho * (1.0 + 1e-12),
+                    "n {n}: {bound} > {max_rho}"
+                );
+                for k in 0..n {
+                    let mut less = row.clone();
+                    less.remove(k);
+                    let part = t.item_statistics(&s0, &[less]);
+                    let (g, h) = moved(&t, &full, &part);
+                    let h = h * t.clip_y;
+                    assert!(
+                        g * g <= b_g2 * (1.0 + 1e-9),
+                        "n {n} k {k}: Gram {g}^2 > {b_g2}"
+                    );
+                    assert!(
+                        h * h <= b_h2 * (1.0 + 1e-9),
+                        "n {n} k {k}: rhs {h}^2 > {b_h2}"
+                    );
+                    let rho = g * g / (2.0 * sg * sg) + h * h / (2.0 * sh * sh);
+                    assert!(rho <= bound * (1.0 + 1e-9), "n {n} k {k}: {rho} > {bound}");
+                    closest = closest.max(rho / max_rho);
+                }
+            }
+        }
+        assert!(
+            closest > 0.4,
+            "the bound is loose: at most {closest} of it reached"
+        );
+    }
+
+    /// Past the largest count the maximum is taken over, the bound keeps falling.
+    #[test]
+    fn bias_only_rating_bound_is_attained_early() {
+        let t = DpAlt::default();
+        let inside = (1..=1000)
+            .map(|n| t.bias_only_rating_rho(n, 2.0).unwrap())
+            .fold(0.0, f64::max);
+        for n in [BIAS_ONLY_MAX_N, 10 * BIAS_ONLY_MAX_N, 100 * BIAS_ONLY_MAX_N] {
+            assert!(t.bias_only_rating_rho(n, 2.0).unwrap() < 1e-3 * inside);
+        }
+        // With factors or several rounds the triangle bound applies.
+        let d2 = DpAlt {
+            d: 2,
+            beta: FACTOR_BETA,
+            ..t.clone()
+        };
+        let scale = RatingScale::ONE_TO_FIVE;
+        assert_eq!(
+            d2.rating_multiplier_on(scale).unwrap(),
+            d2.rating_multiplier().unwrap()
+        );
+        let r2 = DpAlt {
+            rounds: 2,
+            ..t.clone()
+        };
+        assert_eq!(
+            r2.rating_multiplier_on(scale).unwrap(),
+            r2.rating_multiplier().unwrap()
+        );
+        assert!(t.rating_multiplier_on(scale).unwrap() > 2.0 * t.rating_multiplier().unwrap());
+    }
+
     #[test]
     fn user_level_cost_does_not_grow_with_the_catalogue() {
         let t = DpAlt::default();
@@ -750,8 +939,8 @@ mod tests {
         let planned = t.planned_user_event().unwrap();
         assert_eq!(fit.charges.users.len(), 12);
         assert!(fit.charges.users.iter().all(|c| c.event == planned));
-        // Every rating takes full part at rating-level multiplier z / 2.
-        let z_r = t.rating_multiplier().unwrap();
+        // Every rating takes full part at the bias-only rating-level multiplier.
+        let z_r = t.rating_multiplier_on(RatingScale::ONE_TO_FIVE).unwrap();
         assert_eq!(fit.charges.rating_rho.len(), r.len());
         for c in &fit.charges.rating_rho {
             assert!((c.rho - 1.0 / (2.0 * z_r * z_r)).abs() < 1e-12);
