@@ -13,7 +13,9 @@
 //!    right-hand sides (`/ sqrt(1 - gram_share)`): all of them compose to one Gaussian
 //!    of multiplier `z`.
 //! 2. Rating level: each rating with a positive release budget takes part fully or
-//!    RSM-sampled ([`participation`]) at the rating-level multiplier `z / 2`.
+//!    RSM-sampled ([`participation`]) at the rating-level multiplier
+//!    ([`DpAlt::rating_multiplier_on`]: `z / 2` by the triangle bound, or the direct
+//!    bound of the biases-only, one-round release, the default).
 //! 3. Item factors start data-independent (random); each round solves every user's
 //!    profile from the current item side and the user's own sampled ratings, then
 //!    releases per item `G_j = sum_u w_u x_u x_u^T` and `h_j = sum_u w_u y_uj x_u`
@@ -21,8 +23,10 @@
 //!    `y_uj = clip(r_uj - mu - b_u, clip_y)` and `w_u = min(1, sqrt(cap / n_u))`: a
 //!    user's contribution to all items together has L2 norm `<= sqrt(cap)` (Gram) and
 //!    `<= sqrt(cap) clip_y` (right-hand sides), whatever the catalogue's size.
-//! 4. Post-processing: `theta_j = (G_j + lambda I)^-1 h_j` (ridge `lambda = lambda_item
-//!    sigma_G`, raised until positive definite), `c_j = beta theta_j0`, `q_j = theta_j1..`.
+//! 4. Post-processing: the bias coordinate by empirical Bayes (`solve=eb`, the default:
+//!    prior spread read off the release by moments), the factors by ridge; or the whole
+//!    `theta_j = (G_j + lambda I)^-1 h_j` (`solve=ridge`, `lambda = lambda_item
+//!    sigma_G`, raised until positive definite); `c_j = beta theta_j0`, `q_j = theta_j1..`.
 
 use rand::Rng;
 
