@@ -386,3 +386,97 @@ fn dp_topn_release_audited_for_both_units() {
         );
     }
 }
+
+use dprec::train::predictors::dp_alt::DpAlt;
+use dprec::train::predictors::joint_als::JointAls;
+
+/// `dp-alt`'s served form (biases only, one round) at a one-release plan of eps_u 3,
+/// every rating taking full part, its noise multiplied by `noise_factor`.
+fn alt(noise_factor: f64) -> DpAlt {
+    let p = ["eps=3", "releases=1", "eps_r=none", "noise_factor=1"];
+    let mut t = DpAlt::from_params(&Params::parse(&p).unwrap()).unwrap();
+    t.noise_factor = noise_factor;
+    t
+}
+
+/// One `dp-alt` item step on D (a user who rated items 0-2 with 2) or D' (the same user
+/// also rated item 3 with 5: the removal that comes nearest the rating-level bound, 81%
+/// of its `rho`, found by enumerating users with up to 6 ratings). The first round's
+/// side is public (item biases 0), so the step is exactly the released statistics; the
+/// statistic is the likelihood-ratio direction `sum dG G / sigma_G^2 + sum dh h /
+/// sigma_h^2`.
+fn alt_statistic(t: DpAlt) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+    let side = JointAls {
+        mean: 3.0,
+        item_bias: vec![0.0; 4],
+        item_factors: Vec::new(),
+        d: 0,
+        lambda_user: t.lambda_user,
+        max_norm: t.max_norm(),
+        scale: RatingScale::ONE_TO_FIVE,
+        popularity: Vec::new(),
+    };
+    let d: Vec<(usize, f64)> = vec![(0, 2.0), (1, 2.0), (2, 2.0)];
+    let mut d1 = d.clone();
+    d1.push((3, 5.0));
+    let views = [
+        t.item_statistics(&side, &[d]),
+        t.item_statistics(&side, &[d1]),
+    ];
+    let (sg, sh) = t.sigmas().unwrap();
+    let dg: Vec<f64> = views[1]
+        .gram
+        .iter()
+        .zip(&views[0].gram)
+        .map(|(a, b)| a - b)
+        .collect();
+    let dh: Vec<f64> = views[1]
+        .rhs
+        .iter()
+        .zip(&views[0].rhs)
+        .map(|(a, b)| a - b)
+        .collect();
+    move |neighbour, rng| {
+        let mut st = views[usize::from(neighbour)].clone();
+        t.add_noise(&mut st, rng).unwrap();
+        let g: f64 = dg.iter().zip(&st.gram).map(|(a, b)| a * b).sum();
+        let h: f64 = dh.iter().zip(&st.rhs).map(|(a, b)| a * b).sum();
+        g / (sg * sg) + h / (sh * sh)
+    }
+}
+
+/// The rating-level charge of `dp-alt`'s default release is the direct bias-only bound
+/// (`z_r` far above the triangle bound's `z / 2`). A correct release's audit bound stays
+/// below it and reaches a third of it; with the noise halved or missing it exceeds 1.1
+/// times the charge.
+#[test]
+fn dp_alt_rating_level_audited() {
+    let t = alt(1.0);
+    let z_r = t.rating_multiplier_on(RatingScale::ONE_TO_FIVE).unwrap();
+    assert!(z_r > 2.0 * t.rating_multiplier().unwrap());
+    let curve = PrivacyEvent::gaussian(z_r, 1)
+        .unwrap()
+        .rdp_curve(&default_orders())
+        .unwrap();
+    let charged = eps_from_rdp(&curve, AUDIT_DELTA).unwrap().eps;
+    let cfg = |trials| AuditConfig {
+        trials,
+        confidence: 0.95,
+        delta: AUDIT_DELTA,
+    };
+    let ok = audit(&cfg(20_000), alt_statistic(alt(1.0)), &mut seeded(81)).eps_lower;
+    eprintln!("dp-alt rating-level audit: eps_lower {ok:.3} / charged {charged:.3}");
+    assert!(ok < charged, "correct mechanism: {ok} vs charged {charged}");
+    assert!(
+        ok > charged / 3.0,
+        "the audit has no power: {ok} vs {charged}"
+    );
+    let halved = audit(&cfg(20_000), alt_statistic(alt(0.5)), &mut seeded(82)).eps_lower;
+    eprintln!("noise x0.5: eps_lower {halved:.3}");
+    assert!(halved > 1.1 * charged, "noise x0.5: {halved} vs {charged}");
+    let missing = audit(&cfg(5_000), alt_statistic(alt(1e-3)), &mut seeded(83)).eps_lower;
+    assert!(
+        missing > 1.1 * charged,
+        "missing noise: {missing} vs {charged}"
+    );
+}
