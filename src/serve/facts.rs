@@ -83,22 +83,61 @@ impl UserFactsCache {
     /// and the user is no longer deleted (ingestion reinstates a deleted user, as the
     /// store does). Users without an entry are left to be read from the store. The
     /// ratings stay ordered by item, as the store returns them.
+    ///
+    /// The new entries are built outside the lock (a batch of 100 users of 100 ratings
+    /// each is about 10,000 strings to copy and hash): the lock is held only to take the
+    /// current entries and to swap in the new ones, so the readers' [`Self::get`] on the
+    /// other request workers does not wait for the rebuild (it blocks its whole worker
+    /// thread). An entry replaced meanwhile (by another batch, or a fresh read) is
+    /// dropped instead, so the next read takes the store's state, which has both.
     pub fn apply_ratings<'a>(&self, ratings: impl IntoIterator<Item = (&'a str, &'a str, f64)>) {
         let mut by_user: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
         for (user, item, value) in ratings {
             by_user.entry(user).or_default().push((item, value));
         }
-        let mut map = self.lock();
-        for (user, new) in by_user {
-            let Some((at, old)) = map.get(user).cloned() else {
-                continue;
-            };
-            let mut all: std::collections::BTreeMap<String, f64> =
-                old.ratings.iter().cloned().collect();
-            all.extend(new.into_iter().map(|(i, v)| (i.to_owned(), v)));
-            let facts = UserFacts::new(false, all.into_iter().collect());
-            map.insert(user.to_owned(), (at, Arc::new(facts)));
+        let cached: Vec<(&str, Instant, Arc<UserFacts>, Vec<(&str, f64)>)> = {
+            let map = self.lock();
+            by_user
+                .into_iter()
+                .filter_map(|(user, new)| {
+                    map.get(user).map(|(at, old)| (user, *at, old.clone(), new))
+                })
+                .collect()
+        };
+        if cached.is_empty() {
+            return;
         }
+        let updated: Vec<(&str, Instant, Arc<UserFacts>, Arc<UserFacts>)> = cached
+            .into_iter()
+            .map(|(user, at, old, new)| {
+                let mut all: std::collections::BTreeMap<String, f64> =
+                    old.ratings.iter().cloned().collect();
+                all.extend(new.into_iter().map(|(i, v)| (i.to_owned(), v)));
+                let facts = Arc::new(UserFacts::new(false, all.into_iter().collect()));
+                (user, at, old, facts)
+            })
+            .collect();
+        // Replaced entries are dropped after the lock is given back.
+        let mut replaced: Vec<(Instant, Arc<UserFacts>)> = Vec::with_capacity(updated.len());
+        {
+            let mut map = self.lock();
+            for (user, at, old, facts) in &updated {
+                match map.get(*user) {
+                    Some((_, cur)) if Arc::ptr_eq(cur, old) => {
+                        if let Some(prev) = map.insert((*user).to_owned(), (*at, facts.clone())) {
+                            replaced.push(prev);
+                        }
+                    }
+                    Some(_) => {
+                        if let Some(prev) = map.remove(*user) {
+                            replaced.push(prev);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+        drop(replaced);
     }
 
     /// Drops the entries of `users` (after this process deleted their ratings).
