@@ -37,6 +37,9 @@ impl UserFacts {
     }
 }
 
+/// A cached entry taken for an update: user, entry time, facts, the new ratings.
+type Cached<'a> = (&'a str, Instant, Arc<UserFacts>, Vec<(&'a str, f64)>);
+
 /// A bounded, expiring map user id -> facts.
 #[derive(Debug)]
 pub struct UserFactsCache {
@@ -105,7 +108,7 @@ impl UserFactsCache {
         for (user, item, value) in ratings {
             by_user.entry(user).or_default().push((item, value));
         }
-        let cached: Vec<(&str, Instant, Arc<UserFacts>, Vec<(&str, f64)>)> = {
+        let cached: Vec<Cached<'_>> = {
             let map = self.lock();
             by_user
                 .into_iter()
