@@ -101,6 +101,9 @@ fn parse_args() -> Args {
 #[derive(Default)]
 struct Endpoint {
     latencies_us: Vec<u64>,
+    /// When each request was due, in ms since the load started (same order as
+    /// `latencies_us`), for the `LOAD_TIMELINE` file.
+    due_ms: Vec<u64>,
     statuses: BTreeMap<String, u64>,
 }
 
@@ -110,10 +113,11 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn record(&self, endpoint: &'static str, status: String, elapsed: Duration) {
+    fn record(&self, endpoint: &'static str, status: String, due_ms: u64, elapsed: Duration) {
         let mut m = self.endpoints.lock().unwrap();
         let e = m.entry(endpoint).or_default();
         e.latencies_us.push(elapsed.as_micros() as u64);
+        e.due_ms.push(due_ms);
         *e.statuses.entry(status).or_default() += 1;
     }
 }
@@ -134,6 +138,8 @@ struct Shared {
     stop: AtomicBool,
     sent: AtomicU64,
     started: Instant,
+    /// Unix time (ms) of `started`, for the timeline file.
+    started_unix_ms: u64,
 }
 
 impl Shared {
@@ -166,7 +172,8 @@ impl Shared {
             Ok(r) => r.bytes().await.ok(),
             Err(_) => None,
         };
-        self.rec.record(endpoint, status, t.elapsed());
+        let due_ms = t.saturating_duration_since(self.started).as_millis() as u64;
+        self.rec.record(endpoint, status, due_ms, t.elapsed());
         body.and_then(|b| serde_json::from_slice(&b).ok())
     }
 }
@@ -343,6 +350,9 @@ async fn main() {
         stop: AtomicBool::new(false),
         sent: AtomicU64::new(0),
         started: Instant::now(),
+        started_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
     });
     let releases = Arc::new(Mutex::new(BTreeMap::new()));
     let mut tasks = Vec::new();
@@ -386,6 +396,9 @@ async fn main() {
     let mut fivexx = 0u64;
     let mut failed = 0u64;
     let mut m = s.rec.endpoints.lock().unwrap();
+    if let Ok(path) = std::env::var("LOAD_TIMELINE") {
+        write_timeline(&path, s.started_unix_ms, &m);
+    }
     for (name, e) in m.iter_mut() {
         e.latencies_us.sort_unstable();
         let n = e.latencies_us.len();
@@ -417,4 +430,34 @@ async fn main() {
         .collect();
     println!("releases (job outcomes): {}", rel.join(" "));
     println!("totals: 5xx={fivexx} non-2xx={failed}");
+}
+
+/// `LOAD_TIMELINE=FILE`: per endpoint and second of the load (by due time), the UTC
+/// second, requests, p50, p99 and max ms, to line stalls up with the server log.
+fn write_timeline(path: &str, started_unix_ms: u64, m: &BTreeMap<&'static str, Endpoint>) {
+    use std::fmt::Write;
+    let mut out = String::from("endpoint\tunix_s\trequests\tp50_ms\tp99_ms\tmax_ms\n");
+    for (name, e) in m {
+        let mut by_sec: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (&d, &l) in e.due_ms.iter().zip(&e.latencies_us) {
+            by_sec
+                .entry((started_unix_ms + d) / 1000)
+                .or_default()
+                .push(l);
+        }
+        for (sec, mut l) in by_sec {
+            l.sort_unstable();
+            let _ = writeln!(
+                out,
+                "{name}\t{sec}\t{}\t{:.1}\t{:.1}\t{:.1}",
+                l.len(),
+                percentile(&l, 0.5),
+                percentile(&l, 0.99),
+                percentile(&l, 1.0)
+            );
+        }
+    }
+    if let Err(e) = std::fs::write(path, out) {
+        eprintln!("LOAD_TIMELINE {path}: {e}");
+    }
 }

@@ -60,7 +60,9 @@ BASE=http://127.0.0.1:$PORT
 ADMIN=load-admin-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # shellcheck source=lib.sh
 . load-tests/lib.sh
-trap 'svc_stop; rm -rf "$WORK"' EXIT
+# MIXED_KEEP_LOG=FILE keeps the server log (with RUST_LOG=info: release stages and
+# commit phases); LOAD_TIMELINE=FILE makes the client write per-second latencies.
+trap 'svc_stop; if [[ -n "${MIXED_KEEP_LOG:-}" ]]; then cp "$WORK/serve.log" "$MIXED_KEEP_LOG"; fi; rm -rf "$WORK"' EXIT
 
 case "$DATA" in
     ml100k)

@@ -99,11 +99,8 @@ pub(crate) async fn user_facts(
     if let Some(f) = state.user_facts.get(user) {
         return Ok(f);
     }
-    let stored = state.store.user(user).await?;
-    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts::new(
-        stored.as_ref().is_some_and(|u| u.deleted),
-        state.store.user_ratings(user).await?,
-    ));
+    let (deleted, ratings) = state.store.serving_facts(user).await?;
+    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts::new(deleted, ratings));
     state.user_facts.insert(user, facts.clone());
     Ok(facts)
 }

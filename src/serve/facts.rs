@@ -37,6 +37,9 @@ impl UserFacts {
     }
 }
 
+/// A cached entry taken for an update: user, entry time, facts, the new ratings.
+type Cached<'a> = (&'a str, Instant, Arc<UserFacts>, Vec<(&'a str, f64)>);
+
 /// A bounded, expiring map user id -> facts.
 #[derive(Debug)]
 pub struct UserFactsCache {
@@ -70,12 +73,22 @@ impl UserFactsCache {
 
     /// Stores fresh facts; when full, the whole map is cleared (entries are cheap to
     /// re-read and a full clear keeps the bound without bookkeeping).
+    ///
+    /// An entry lives a random time between `ttl / 2` and `ttl` (its time is set back by
+    /// up to `ttl / 2`): with one fixed lifetime the entries read in the same second
+    /// expired in the same second, and under load the users read in the first seconds
+    /// came back as a wave of store reads every `ttl` (top-N p99 spikes every 10 s at 1M
+    /// ratings, docs/BENCHMARKS.md). Facts are still never older than `ttl`.
     pub fn insert(&self, user: &str, facts: Arc<UserFacts>) {
+        let back = self.ttl.mul_f64(0.5 * rand::random::<f64>());
+        let at = Instant::now()
+            .checked_sub(back)
+            .unwrap_or_else(Instant::now);
         let mut map = self.lock();
         if map.len() >= self.capacity && !map.contains_key(user) {
             map.clear();
         }
-        map.insert(user.to_owned(), (Instant::now(), facts));
+        map.insert(user.to_owned(), (at, facts));
     }
 
     /// Updates the cached entries of the users in `ratings` (user, item, value), after
@@ -83,22 +96,61 @@ impl UserFactsCache {
     /// and the user is no longer deleted (ingestion reinstates a deleted user, as the
     /// store does). Users without an entry are left to be read from the store. The
     /// ratings stay ordered by item, as the store returns them.
+    ///
+    /// The new entries are built outside the lock (a batch of 100 users of 100 ratings
+    /// each is about 10,000 strings to copy and hash): the lock is held only to take the
+    /// current entries and to swap in the new ones, so the readers' [`Self::get`] on the
+    /// other request workers does not wait for the rebuild (it blocks its whole worker
+    /// thread). An entry replaced meanwhile (by another batch, or a fresh read) is
+    /// dropped instead, so the next read takes the store's state, which has both.
     pub fn apply_ratings<'a>(&self, ratings: impl IntoIterator<Item = (&'a str, &'a str, f64)>) {
         let mut by_user: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
         for (user, item, value) in ratings {
             by_user.entry(user).or_default().push((item, value));
         }
-        let mut map = self.lock();
-        for (user, new) in by_user {
-            let Some((at, old)) = map.get(user).cloned() else {
-                continue;
-            };
-            let mut all: std::collections::BTreeMap<String, f64> =
-                old.ratings.iter().cloned().collect();
-            all.extend(new.into_iter().map(|(i, v)| (i.to_owned(), v)));
-            let facts = UserFacts::new(false, all.into_iter().collect());
-            map.insert(user.to_owned(), (at, Arc::new(facts)));
+        let cached: Vec<Cached<'_>> = {
+            let map = self.lock();
+            by_user
+                .into_iter()
+                .filter_map(|(user, new)| {
+                    map.get(user).map(|(at, old)| (user, *at, old.clone(), new))
+                })
+                .collect()
+        };
+        if cached.is_empty() {
+            return;
         }
+        let updated: Vec<(&str, Instant, Arc<UserFacts>, Arc<UserFacts>)> = cached
+            .into_iter()
+            .map(|(user, at, old, new)| {
+                let mut all: std::collections::BTreeMap<String, f64> =
+                    old.ratings.iter().cloned().collect();
+                all.extend(new.into_iter().map(|(i, v)| (i.to_owned(), v)));
+                let facts = Arc::new(UserFacts::new(false, all.into_iter().collect()));
+                (user, at, old, facts)
+            })
+            .collect();
+        // Replaced entries are dropped after the lock is given back.
+        let mut replaced: Vec<(Instant, Arc<UserFacts>)> = Vec::with_capacity(updated.len());
+        {
+            let mut map = self.lock();
+            for (user, at, old, facts) in &updated {
+                match map.get(*user) {
+                    Some((_, cur)) if Arc::ptr_eq(cur, old) => {
+                        if let Some(prev) = map.insert((*user).to_owned(), (*at, facts.clone())) {
+                            replaced.push(prev);
+                        }
+                    }
+                    Some(_) => {
+                        if let Some(prev) = map.remove(*user) {
+                            replaced.push(prev);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+        drop(replaced);
     }
 
     /// Drops the entries of `users` (after this process deleted their ratings).
@@ -167,6 +219,20 @@ mod tests {
         assert!(!d.deleted && d.rated.contains("y"));
         // Users without an entry are read from the store later, not invented.
         assert!(c.get("nobody").is_none());
+    }
+
+    /// Lifetimes are spread over [ttl / 2, ttl]: all present well before ttl / 2, none
+    /// after ttl.
+    #[test]
+    fn entries_live_between_half_the_ttl_and_the_ttl() {
+        let c = UserFactsCache::new(Duration::from_millis(400), 100);
+        let users: Vec<String> = (0..50).map(|k| format!("u{k}")).collect();
+        for u in &users {
+            c.insert(u, facts(&[]));
+        }
+        assert!(users.iter().all(|u| c.get(u).is_some()));
+        std::thread::sleep(Duration::from_millis(410));
+        assert!(users.iter().all(|u| c.get(u).is_none()));
     }
 
     #[test]

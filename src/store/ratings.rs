@@ -154,6 +154,34 @@ impl Store {
     /// Items the user has a live rating for.
     /// The user's own current ratings `(item, value)`: what serving may use for that user
     /// (joint DP, DESIGN 6).
+    /// What serving needs of a user in one statement: whether the user is deleted and
+    /// the user's rated items with their values, ordered by item (an unknown user: not
+    /// deleted, no ratings). A top-N request whose user is not cached reads this; as two
+    /// statements ([`Store::user`], [`Store::user_ratings`]) it took two round trips to
+    /// SQLite's connection thread and parsed the user's consumed RDP curve for nothing.
+    pub async fn serving_facts(
+        &self,
+        user: &str,
+    ) -> Result<(bool, Vec<(String, f64)>), StoreError> {
+        let rows = sqlx::query(
+            "SELECT u.deleted, r.item_id, r.value FROM users u \
+             LEFT JOIN ratings r ON r.user_id = u.id AND r.value IS NOT NULL \
+             WHERE u.id = $1 ORDER BY r.item_id",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut deleted = false;
+        let mut ratings = Vec::with_capacity(rows.len());
+        for r in &rows {
+            deleted = r.try_get::<i64, _>(0)? != 0;
+            if let Some(item) = r.try_get::<Option<String>, _>(1)? {
+                ratings.push((item, r.try_get(2)?));
+            }
+        }
+        Ok((deleted, ratings))
+    }
+
     pub async fn user_ratings(&self, user: &str) -> Result<Vec<(String, f64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT item_id, value FROM ratings WHERE user_id = $1 AND value IS NOT NULL \
