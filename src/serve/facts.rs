@@ -225,13 +225,15 @@ mod tests {
     /// after ttl.
     #[test]
     fn entries_live_between_half_the_ttl_and_the_ttl() {
-        let c = UserFactsCache::new(Duration::from_millis(400), 100);
+        // A 1 s lifetime: the check right after the inserts fails only if this thread
+        // stalls for more than 0.5 s between them.
+        let c = UserFactsCache::new(Duration::from_millis(1000), 100);
         let users: Vec<String> = (0..50).map(|k| format!("u{k}")).collect();
         for u in &users {
             c.insert(u, facts(&[]));
         }
         assert!(users.iter().all(|u| c.get(u).is_some()));
-        std::thread::sleep(Duration::from_millis(410));
+        std::thread::sleep(Duration::from_millis(1010));
         assert!(users.iter().all(|u| c.get(u).is_none()));
     }
 

@@ -151,9 +151,6 @@ impl Store {
         Ok(u.rows_affected() > 0)
     }
 
-    /// Items the user has a live rating for.
-    /// The user's own current ratings `(item, value)`: what serving may use for that user
-    /// (joint DP, DESIGN 6).
     /// What serving needs of a user in one statement: whether the user is deleted and
     /// the user's rated items with their values, ordered by item (an unknown user: not
     /// deleted, no ratings). A top-N request whose user is not cached reads this; as two
@@ -182,6 +179,8 @@ impl Store {
         Ok((deleted, ratings))
     }
 
+    /// The user's own current ratings `(item, value)`: what serving may use for that user
+    /// (joint DP, DESIGN 6).
     pub async fn user_ratings(&self, user: &str) -> Result<Vec<(String, f64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT item_id, value FROM ratings WHERE user_id = $1 AND value IS NOT NULL \
