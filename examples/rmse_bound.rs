@@ -33,7 +33,7 @@
 use std::path::PathBuf;
 
 use dprec::data::folds::{self, Fold};
-use dprec::data::{movielens, Interactions};
+use dprec::data::{movielens, Interactions, RatingScale};
 use dprec::rng::DpRng;
 use dprec::train::nonprivate::baseline::fit_biases;
 use dprec::train::predictors::dp_alt::DpAlt;
@@ -70,24 +70,23 @@ fn args() -> Args {
     a
 }
 
-fn load(a: &Args) -> Vec<Fold> {
+fn load(a: &Args) -> (Vec<Fold>, RatingScale) {
     if a.data.is_dir() && movielens::has_predefined_folds(&a.data) {
-        return folds::predefined_ml100k(&a.data).expect("folds").folds;
+        let f = folds::predefined_ml100k(&a.data).expect("folds");
+        return (f.folds, f.scale);
     }
     let ds = movielens::load(&a.data, None, None).expect("data");
-    folds::random_kfold(&ds.ratings, a.k, 0).expect("folds")
+    let f = folds::random_kfold(&ds.ratings, a.k, 0).expect("folds");
+    (f, ds.scale)
 }
 
-/// Test RMSE of `mean + b_u + c_j` (clamped to 1..5 like the service's predictions).
-fn rmse(f: &Fold, mean: f64, ub: &[f64], ib: &[f64]) -> f64 {
+/// Test RMSE of `mean + b_u + c_j`, clamped to the scale as eval and the service do.
+fn rmse(f: &Fold, scale: RatingScale, mean: f64, ub: &[f64], ib: &[f64]) -> f64 {
     let t = &f.test;
-    let se: f64 = (0..t.len())
-        .map(|p| {
-            let pred = (mean + ub[t.users[p] as usize] + ib[t.items[p] as usize]).clamp(1.0, 5.0);
-            (pred - f64::from(t.values[p])).powi(2)
-        })
-        .sum();
-    (se / t.len() as f64).sqrt()
+    let pred: Vec<f64> = (0..t.len())
+        .map(|p| scale.clamp(mean + ub[t.users[p] as usize] + ib[t.items[p] as usize]))
+        .collect();
+    dprec::eval::rmse(&pred, t)
 }
 
 /// User biases from the user's own ratings given item biases (the joint-DP user side).
@@ -108,6 +107,7 @@ fn user_side(m: &Interactions, mean: f64, ib: &[f64]) -> Vec<f64> {
 /// The fold's exact pieces the oracle may use.
 struct Exact {
     m: Interactions,
+    scale: RatingScale,
     mass: [Vec<f64>; 2],
     mean: f64,
     ub: Vec<f64>,
@@ -116,17 +116,18 @@ struct Exact {
     user_only: f64,
 }
 
-fn exact(f: &Fold) -> Exact {
+fn exact(f: &Fold, scale: RatingScale) -> Exact {
     let m = Interactions::new(&f.train);
     let mean = f.train.mean();
     let (mut ub, mut ib) = (vec![0.0; m.n_users], vec![0.0; m.n_items]);
     fit_biases(&m, mean, REG_USER, REG_ITEM, 10, &mut ub, &mut ib);
-    let base = rmse(f, mean, &ub, &ib);
+    let base = rmse(f, scale, mean, &ub, &ib);
     let zero = vec![0.0; m.n_items];
-    let user_only = rmse(f, mean, &user_side(&m, mean, &zero), &zero);
+    let user_only = rmse(f, scale, mean, &user_side(&m, mean, &zero), &zero);
     Exact {
         mass: masses(&m),
         m,
+        scale,
         mean,
         ub,
         ib,
@@ -306,15 +307,15 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
             ib[j] = prior(j) + (obs - prior(j)) * tau2 / (tau2 + v);
         }
         let ub = user_side(&e.m, e.mean, &ib);
-        best = best.min(rmse(f, e.mean, &ub, &ib));
+        best = best.min(rmse(f, e.scale, e.mean, &ub, &ib));
     }
     best
 }
 
 fn main() {
     let a = args();
-    let folds = load(&a);
-    let exact: Vec<Exact> = folds.iter().map(exact).collect();
+    let (folds, scale) = load(&a);
+    let exact: Vec<Exact> = folds.iter().map(|f| exact(f, scale)).collect();
     let mean_of = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let base = mean_of(&exact.iter().map(|e| e.base).collect::<Vec<_>>());
     let user_only = mean_of(&exact.iter().map(|e| e.user_only).collect::<Vec<_>>());

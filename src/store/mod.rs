@@ -463,7 +463,6 @@ impl Store {
         self.commit_rows.store(rows.max(1), Ordering::Relaxed);
     }
 
-    /// `FOR UPDATE` on PostgreSQL (row locks), nothing on SQLite (already exclusive).
     /// An aggregate of the grouped rows' `id`s as comma-separated text.
     pub(crate) fn id_list_aggregate(&self) -> &'static str {
         match self.backend {
@@ -472,6 +471,7 @@ impl Store {
         }
     }
 
+    /// `FOR UPDATE` on PostgreSQL (row locks), nothing on SQLite (already exclusive).
     pub fn for_update(&self) -> &'static str {
         match self.backend {
             Backend::Postgres => " FOR UPDATE",
