@@ -22,6 +22,9 @@
 # 5. prints per endpoint: requests by status and p50 / p99 / max latency; exits 1 if any
 #    response was a 5xx or a request got no answer (timeout / connection error).
 #
+# Diagnostics: LOAD_TIMELINE=FILE makes the client write per-second p50/p99/max per
+# endpoint; MIXED_KEEP_LOG=FILE keeps the server log (release stages, commit phases).
+#
 # Results and the machine are recorded in docs/BENCHMARKS.md ("Mixed load").
 set -euo pipefail
 cd "$(dirname "$0")/.."
