@@ -26,6 +26,7 @@ pub struct Settings {
     pub ratings: RatingSettings,
     pub scheduler: SchedulerSettings,
     pub retrain: RetrainSettings,
+    pub release: ReleaseSettings,
     pub pages: PageSettings,
 }
 
@@ -210,6 +211,37 @@ pub struct RetrainSettings {
     /// unless the admin retrain says `"force": true`; scheduled retrains never force.
     /// In [0, 1]; 0 turns the check off. See docs/LEDGER.md, "Refused releases".
     pub min_input_ratio: f64,
+}
+
+/// How releases are made (issue 23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseMode {
+    /// Every release is an independent mechanism; the plan composes `planned_releases`
+    /// of them (the trainer's model is served).
+    Independent,
+    /// Every release is a tick of a continual series: DP popularity counts by tree
+    /// aggregation over `budget.planned_releases` ticks, charged per level
+    /// (docs/privacy/dp-topn.md section 4).
+    Continual,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReleaseSettings {
+    /// `independent` (default) or `continual`.
+    pub mode: ReleaseMode,
+    /// Continual mode: distinct items counted per user over a series (arrival order).
+    pub continual_cap: usize,
+}
+
+impl Default for ReleaseSettings {
+    fn default() -> Self {
+        Self {
+            mode: ReleaseMode::Independent,
+            continual_cap: crate::train::topn::continual::DEFAULT_CAP,
+        }
+    }
 }
 
 impl Default for RetrainSettings {
@@ -447,12 +479,42 @@ impl Settings {
         if !(r.is_finite() && (0.0..=1.0).contains(&r)) {
             bail!("retrain.min_input_ratio must be in [0, 1] (0 turns the check off), got {r}");
         }
+        self.validate_release()?;
         if let Some(id) = &self.scheduler.instance_id {
             if id.is_empty() || id.contains('#') || id.chars().any(char::is_control) {
                 bail!("scheduler.instance_id must be non-empty, without '#' or control characters");
             }
         }
         self.validate_keys()
+    }
+
+    /// `release.*`: continual mode needs a plan (its ticks), a trainer whose release is
+    /// DP popularity, and a sane cap.
+    fn validate_release(&self) -> anyhow::Result<()> {
+        if self.release.mode != ReleaseMode::Continual {
+            return Ok(());
+        }
+        if self.budget.planned_releases == 0 {
+            bail!(
+                "release.mode = \"continual\" needs budget.planned_releases >= 1 (the \
+                 series' number of ticks)"
+            );
+        }
+        if !matches!(self.trainer.name.as_str(), "dp-topn" | "dp-popularity") {
+            bail!(
+                "release.mode = \"continual\" serves DP popularity by tree aggregation, \
+                 the release of trainer dp-topn or dp-popularity; trainer.name = {:?} is \
+                 not one of them",
+                self.trainer.name
+            );
+        }
+        if !(1..=1 << 16).contains(&self.release.continual_cap) {
+            bail!(
+                "release.continual_cap must be in [1, 65536], got {}",
+                self.release.continual_cap
+            );
+        }
+        Ok(())
     }
 
     /// Keys: long enough, not a placeholder, no user token in the file, no key with two
@@ -539,7 +601,7 @@ pub struct EnvOverride {
 }
 
 /// The sections of the configuration file (for `DPREC_<SECTION>__<KEY>`).
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "server",
     "database",
     "auth",
@@ -548,6 +610,7 @@ const SECTIONS: [&str; 9] = [
     "ratings",
     "scheduler",
     "retrain",
+    "release",
     "pages",
 ];
 
@@ -863,6 +926,30 @@ mod tests {
             let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
             assert!(format!("{e:#}").contains("min_input_ratio"), "{bad}: {e:#}");
         }
+    }
+
+    /// Issue 23: `release.mode` defaults to independent, `continual` is set from the
+    /// environment, and is refused without a plan, with a trainer whose release is not
+    /// DP popularity, or with a cap of 0; an unknown mode names the key.
+    #[test]
+    fn release_mode_is_validated() {
+        assert_eq!(Settings::default().release.mode, ReleaseMode::Independent);
+        let vars = [("DPREC_RELEASE__MODE".to_string(), "continual".to_string())];
+        let s = Settings::from_tree_and_env(toml::Table::new(), vars.into_iter()).unwrap();
+        assert_eq!(s.release.mode, ReleaseMode::Continual);
+        for (toml, key) in [
+            ("[budget]\nplanned_releases = 0", "planned_releases"),
+            ("[trainer]\nname = \"dp-alt\"", "trainer.name"),
+            ("[release]\ncontinual_cap = 0", "continual_cap"),
+        ] {
+            let t: toml::Table = format!("{toml}\n").parse().unwrap();
+            let vars = [("DPREC_RELEASE__MODE".to_string(), "continual".to_string())];
+            let e = Settings::from_tree_and_env(t, vars.into_iter()).unwrap_err();
+            assert!(format!("{e:#}").contains(key), "{toml}: {e:#}");
+        }
+        let t: toml::Table = "[release]\nmode = \"daily\"\n".parse().unwrap();
+        let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
+        assert!(format!("{e:#}").contains("release.mode"), "{e:#}");
     }
 
     /// Issue 8 finding 9: the bounds on user budgets are validated at load.

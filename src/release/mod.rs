@@ -6,6 +6,7 @@
 //! the one error type of a release ([`ReleaseError`]) are here; the scheduler and the
 //! replica watcher are in [`scheduler`].
 
+pub mod continual;
 mod scheduler;
 pub mod steps;
 
@@ -56,6 +57,10 @@ pub struct ReleaseConfig {
     pub plan: Option<LifetimePlan>,
     /// `retrain.min_input_ratio` (see [`input_shortfall`]; 0: no check).
     pub min_input_ratio: f64,
+    /// `release.mode`: independent releases or ticks of a continual series.
+    pub mode: crate::config::ReleaseMode,
+    /// `release.continual_cap`.
+    pub continual_cap: usize,
 }
 
 impl ReleaseConfig {
@@ -79,6 +84,8 @@ impl ReleaseConfig {
                 )?),
             },
             min_input_ratio: s.retrain.min_input_ratio,
+            mode: s.release.mode,
+            continual_cap: s.release.continual_cap,
         })
     }
 }
@@ -462,6 +469,11 @@ impl Retrainer {
         started_at: i64,
         force: bool,
     ) -> Result<Released, ReleaseError> {
+        if self.config.mode == crate::config::ReleaseMode::Continual {
+            // A tick's DP total only grows (nothing is subtracted): no shortfall rule.
+            let _ = force;
+            return self.continual_release(job_id, started_at).await;
+        }
         let mut clock = StageClock::start();
         let snap = self.background.snapshot().await?;
         clock.mark("snapshot");

@@ -558,6 +558,8 @@ mod tests {
             lease_secs: 60,
             plan: Some(LifetimePlan::new(52, 10.0, 1e-6).unwrap()),
             min_input_ratio: 0.0,
+            mode: crate::config::ReleaseMode::Independent,
+            continual_cap: 16,
         }
     }
 

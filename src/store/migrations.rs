@@ -37,6 +37,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "rating_charge_sets",
         include_str!("../../migrations/sqlite/0012_rating_charge_sets.sql"),
     ),
+    (
+        14,
+        "release_series",
+        include_str!("../../migrations/sqlite/0014_release_series.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -73,6 +78,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         13,
         "ratings_fillfactor",
         include_str!("../../migrations/postgres/0013_ratings_fillfactor.sql"),
+    ),
+    (
+        14,
+        "release_series",
+        include_str!("../../migrations/postgres/0014_release_series.sql"),
     ),
 ];
 

@@ -16,6 +16,7 @@ pub mod private_gd;
 mod ratings;
 mod ratings_pg;
 mod releases;
+mod series;
 
 /// A database URL with its credentials hidden, for logs and error messages.
 pub fn redact_url(url: &str) -> String {
@@ -32,6 +33,7 @@ pub use releases::{
     commit_charges_only, commit_release, CommitError, CommitPoint, InsideTxHook, ModelRow,
     RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
+pub use series::{SeriesRow, SeriesState, SeriesTick};
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

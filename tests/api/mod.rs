@@ -10,6 +10,7 @@ mod admin;
 mod auth;
 mod bulk_ingest;
 mod catalogue;
+mod continual;
 mod hardening;
 mod health;
 mod honest;

@@ -2,6 +2,7 @@
 //! the item-side ranking models it serves, and the reference rankers (popularity, DP
 //! popularity, EASE) every served list is judged against.
 
+pub mod continual;
 pub mod dp_topn;
 pub mod item_ranker;
 pub mod references;

@@ -19,12 +19,27 @@ fn counts(data: &TrainData<'_>) -> Vec<f64> {
 }
 
 fn item_model(data: &TrainData<'_>, popularity: &[f64]) -> FactorModel {
-    let mid = (data.scale.min + data.scale.max) / 2.0;
-    let mut m = FactorModel::zeros(0, popularity.len(), 0, mid, data.scale);
+    popularity_model(popularity, data.scale)
+}
+
+/// The factor form of a popularity list: no users, no factors, item bias = count.
+pub fn popularity_model(popularity: &[f64], scale: crate::data::RatingScale) -> FactorModel {
+    let mid = (scale.min + scale.max) / 2.0;
+    let mut m = FactorModel::zeros(0, popularity.len(), 0, mid, scale);
     for (b, &p) in m.item_bias.iter_mut().zip(popularity) {
         *b = p;
     }
     m
+}
+
+/// The DP popularity list of released counts `noisy` (post-processing): candidates are
+/// the items whose count reaches `min_count`, by count; the rest fill a list in the
+/// order of the same counts.
+pub fn dp_popularity_ranker(noisy: Vec<f64>, min_count: f64) -> ItemRanker {
+    let n = noisy.len();
+    let candidates = dp_topn::select_candidates(&noisy, min_count, n);
+    let pop: Vec<f64> = candidates.iter().map(|&j| noisy[j as usize]).collect();
+    ItemRanker::new(n, candidates, pop, ItemScorer::Popularity, 0.0).with_fill(noisy)
 }
 
 fn fitted(model: FactorModel, ranker: ItemRanker) -> Fitted {
@@ -159,18 +174,10 @@ impl Trainer for DpPopularity {
     }
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let rel = self.inner.release_counts_only(data, rng)?;
-        let n = data.matrix.n_items;
-        let candidates = dp_topn::select_candidates(
-            &rel.noisy_counts,
+        let r = dp_popularity_ranker(
+            rel.noisy_counts.clone(),
             self.inner.threshold * rel.sigma_count,
-            n,
         );
-        let pop: Vec<f64> = candidates
-            .iter()
-            .map(|&j| rel.noisy_counts[j as usize])
-            .collect();
-        let r = ItemRanker::new(n, candidates, pop, ItemScorer::Popularity, 0.0)
-            .with_fill(rel.noisy_counts.clone());
         Ok(Fitted {
             model: item_model(data, &rel.noisy_counts),
             charges: rel.charges,

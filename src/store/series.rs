@@ -1,0 +1,234 @@
+//! Continual release series (issue 23): the series, its members, the arrival-capped
+//! pairs it counts and its tree nodes' noise. What is stored here is exactly what a
+//! tick needs to recompute every node from scratch: the admitted pairs with their tick
+//! (exact node sums) and each closed node's noise (drawn once, reused after a crash or
+//! restart). The logic is pure, in `train::topn::continual`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sqlx::Row;
+
+use super::{now_ms, Store, StoreError};
+use crate::privacy::tree::Node;
+use crate::train::topn::continual::SeriesParams;
+
+/// A series as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesRow {
+    pub id: i64,
+    pub params: SeriesParams,
+    /// The last tick committed (0: none yet).
+    pub period: u64,
+    pub created_at: i64,
+}
+
+/// A series' persistent state: members (true: charged and counted; false: left out for
+/// the whole series) and the admitted (user, item) pairs with their tick.
+#[derive(Debug, Clone, Default)]
+pub struct SeriesState {
+    pub members: HashMap<Arc<str>, bool>,
+    pub admitted: Vec<(Arc<str>, Arc<str>, u64)>,
+}
+
+/// What one tick adds to its series (written after the tick's charges are committed).
+#[derive(Debug, Clone, Default)]
+pub struct SeriesTick {
+    pub period: u64,
+    /// Users decided at this tick: (user, admitted).
+    pub members: Vec<(Arc<str>, bool)>,
+    /// Pairs admitted at this tick: (user, item, rating id).
+    pub admitted: Vec<(Arc<str>, Arc<str>, i64)>,
+}
+
+/// Rows per multi-row INSERT (5 binds each: well below SQLite's bind limit).
+const INSERT_ROWS: usize = 200;
+
+fn bad(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("release series: {e}"))
+}
+
+impl Store {
+    /// The newest series (complete or not), if any.
+    pub async fn latest_series(&self) -> Result<Option<SeriesRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, params, period, created_at FROM release_series ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            let params: String = r.try_get(1)?;
+            Ok(SeriesRow {
+                id: r.try_get(0)?,
+                params: serde_json::from_str(&params).map_err(bad)?,
+                period: r.try_get::<i64, _>(2)? as u64,
+                created_at: r.try_get(3)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Starts a series with `params` (period 0).
+    pub async fn start_series(&self, params: &SeriesParams) -> Result<SeriesRow, StoreError> {
+        let at = now_ms();
+        let json = serde_json::to_string(params).map_err(bad)?;
+        let r = sqlx::query(
+            "INSERT INTO release_series (params, period, created_at) VALUES ($1, 0, $2) \
+             RETURNING id",
+        )
+        .bind(&json)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(SeriesRow {
+            id: r.try_get(0)?,
+            params: *params,
+            period: 0,
+            created_at: at,
+        })
+    }
+
+    /// The members and admitted pairs of series `id`.
+    pub async fn series_state(&self, id: i64) -> Result<SeriesState, StoreError> {
+        let mut ids: HashMap<String, Arc<str>> = HashMap::new();
+        let mut intern = |s: String| -> Arc<str> {
+            ids.entry(s.clone())
+                .or_insert_with(|| Arc::from(s.as_str()))
+                .clone()
+        };
+        let mut state = SeriesState::default();
+        for r in sqlx::query("SELECT user_id, admitted FROM series_members WHERE series_id = $1")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?
+        {
+            let admitted: i64 = r.try_get(1)?;
+            state.members.insert(intern(r.try_get(0)?), admitted != 0);
+        }
+        for r in
+            sqlx::query("SELECT user_id, item_id, period FROM series_admitted WHERE series_id = $1")
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?
+        {
+            let period: i64 = r.try_get(2)?;
+            state
+                .admitted
+                .push((intern(r.try_get(0)?), intern(r.try_get(1)?), period as u64));
+        }
+        Ok(state)
+    }
+
+    /// The stored noise of `node` of series `id`, if it was drawn.
+    pub async fn node_noise(
+        &self,
+        id: i64,
+        node: Node,
+    ) -> Result<Option<HashMap<String, i64>>, StoreError> {
+        let row = sqlx::query(
+            "SELECT noise FROM series_nodes WHERE series_id = $1 AND level = $2 \
+             AND node_index = $3",
+        )
+        .bind(id)
+        .bind(i64::from(node.level))
+        .bind(node.index as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            let json: String = r.try_get(0)?;
+            serde_json::from_str(&json).map_err(bad)
+        })
+        .transpose()
+    }
+
+    /// Stores `noise` for `node` unless a noise is stored already, and returns the stored
+    /// one: a node's noise is drawn once, whoever draws first (a crashed earlier attempt,
+    /// another replica) wins, and everything published uses what is stored.
+    pub async fn store_node_noise(
+        &self,
+        id: i64,
+        node: Node,
+        noise: &HashMap<String, i64>,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let json = serde_json::to_string(noise).map_err(bad)?;
+        sqlx::query(
+            "INSERT INTO series_nodes (series_id, level, node_index, noise, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (series_id, level, node_index) DO NOTHING",
+        )
+        .bind(id)
+        .bind(i64::from(node.level))
+        .bind(node.index as i64)
+        .bind(&json)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        self.node_noise(id, node)
+            .await?
+            .ok_or_else(|| bad("a stored node noise vanished"))
+    }
+
+    /// Records tick `tick.period` of series `id` in one transaction: its members, its
+    /// admitted pairs and the new period. Refused unless the stored period is the one
+    /// before (a tick is recorded once).
+    pub async fn advance_series(&self, id: i64, tick: &SeriesTick) -> Result<(), StoreError> {
+        let _gate = self.write_gate().await;
+        let mut tx = self.begin_write().await?;
+        let moved =
+            sqlx::query("UPDATE release_series SET period = $2 WHERE id = $1 AND period = $3")
+                .bind(id)
+                .bind(tick.period as i64)
+                .bind(tick.period as i64 - 1)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        if moved != 1 {
+            return Err(StoreError::Conflict(format!(
+                "series {id} is not at period {}",
+                tick.period - 1
+            )));
+        }
+        let t = tick.period as i64;
+        for chunk in tick.members.chunks(INSERT_ROWS) {
+            let mut sql = String::from(
+                "INSERT INTO series_members (series_id, user_id, joined_period, admitted) VALUES ",
+            );
+            for k in 0..chunk.len() {
+                let b = 4 * k;
+                let sep = if k == 0 { "" } else { ", " };
+                sql += &format!("{sep}(${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4);
+            }
+            sql += " ON CONFLICT (series_id, user_id) DO NOTHING";
+            let mut q = sqlx::query(&sql);
+            for (user, admitted) in chunk {
+                q = q.bind(id).bind(&**user).bind(t).bind(i64::from(*admitted));
+            }
+            q.execute(&mut *tx).await?;
+        }
+        for chunk in tick.admitted.chunks(INSERT_ROWS) {
+            let mut sql = String::from(
+                "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
+                 VALUES ",
+            );
+            for k in 0..chunk.len() {
+                let b = 5 * k;
+                let sep = if k == 0 { "" } else { ", " };
+                sql += &format!(
+                    "{sep}(${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5
+                );
+            }
+            sql += " ON CONFLICT (series_id, user_id, item_id) DO NOTHING";
+            let mut q = sqlx::query(&sql);
+            for (user, item, rating) in chunk {
+                q = q.bind(id).bind(&**user).bind(&**item).bind(*rating).bind(t);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

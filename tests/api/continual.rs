@@ -1,0 +1,220 @@
+//! Continual release (`release.mode = "continual"`, issue 23) end to end: every release
+//! is a tick of a tree-aggregation series; a user is charged the series' levels once,
+//! a rating once; node noise is stored before anything is published and reused after a
+//! crash; a series that has run its ticks is followed by a new one that users with a
+//! spent budget do not join.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dprec::config::ReleaseMode;
+use dprec::privacy::tree::{decomposition, Node};
+use dprec::retrain::Hooks;
+use dprec::serve::Popularity;
+
+use crate::api::helpers::*;
+use crate::both_backends;
+
+/// Four ticks per series (three levels), user budget 10, ratings with room for the
+/// series' rating charge.
+fn continual_settings(url: &str) -> dprec::config::Settings {
+    let mut s = settings(url);
+    s.trainer.name = "dp-popularity".into();
+    s.release.mode = ReleaseMode::Continual;
+    s.release.continual_cap = 4;
+    s.budget.planned_releases = 4;
+    s.budget.default_user_eps = 10.0;
+    s.budget.max_user_eps = 10.0;
+    s.budget.default_rating_eps = 10.0;
+    s
+}
+
+fn popularity_trainer() -> Arc<dyn dprec::train::Trainer> {
+    Arc::from(dprec::train::build("dp-popularity", &Default::default()).unwrap())
+}
+
+/// `n` users rating items `i0..` with a popularity gradient (user k rates items
+/// 0..=k mod 12 + 2).
+async fn ingest_users(app: &TestApp, from: usize, n: usize) {
+    let mut rows = Vec::new();
+    for k in from..from + n {
+        for j in 0..(k % 12 + 2) {
+            rows.push((format!("u{k}"), format!("i{j}")));
+        }
+    }
+    let rows: Vec<(&str, &str, f64, Option<f64>)> = rows
+        .iter()
+        .map(|(u, i)| (u.as_str(), i.as_str(), 4.0, None))
+        .collect();
+    app.ingest(&rows).await;
+}
+
+/// The user charges of user `u` in the audit, as (release id, events).
+async fn user_events(app: &TestApp, u: &str) -> Vec<(i64, serde_json::Value)> {
+    app.audit(u, "")
+        .await
+        .releases
+        .entries
+        .into_iter()
+        .map(|r| (r.release_id, r.events))
+        .collect()
+}
+
+/// Ticks charge levels, not releases: a user is charged `Gaussian { z_level, levels }`
+/// once, at the tick the user joins, and nothing at later ticks of the series; a
+/// rating is charged once, when admitted; a user registered later joins at a later
+/// tick. After `horizon` ticks the next release starts a new series, which users whose
+/// budget the first series spent do not join; they are left out, not overcharged.
+async fn ticks_charge_levels_once(url: &str) {
+    let app = TestApp::spawn(
+        continual_settings(url),
+        popularity_trainer(),
+        Hooks::default(),
+    )
+    .await;
+    ingest_users(&app, 0, 30).await;
+    let first = app.retrain().await;
+    assert_eq!(first.status, "succeeded", "{first:?}");
+    let s = app.store.latest_series().await.unwrap().unwrap();
+    assert_eq!((s.period, s.params.horizon, s.params.cap), (1, 4, 4));
+    let z = s.params.z_level;
+    let want = serde_json::json!([{"mechanism": "gaussian", "noise_multiplier": z, "count": 3}]);
+    let ev = user_events(&app, "u5").await;
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].1, want);
+    // Second tick: a new user joins; the old ones are not charged again.
+    ingest_users(&app, 30, 1).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    assert_eq!(user_events(&app, "u5").await.len(), 1);
+    let ev30 = user_events(&app, "u30").await;
+    assert_eq!(ev30.len(), 1);
+    assert_eq!(ev30[0].1, want);
+    // The arrival cap: u11 rated 13 items, 4 are counted, each charged once.
+    let audit = app.audit("u11", "limit=50").await;
+    let charged: Vec<f64> = audit.ratings.entries.iter().map(|r| r.spent).collect();
+    assert_eq!(
+        charged.iter().filter(|&&x| x > 0.0).count(),
+        4,
+        "{charged:?}"
+    );
+    let state = app.store.series_state(s.id).await.unwrap();
+    assert_eq!(
+        state
+            .admitted
+            .iter()
+            .filter(|(u, _, _)| &**u == "u11")
+            .count(),
+        4
+    );
+    // Two more ticks finish the series; the fifth release starts a new one, which the
+    // users of the first cannot join (their budget went to its levels).
+    for _ in 0..2 {
+        assert_eq!(app.retrain().await.status, "succeeded");
+    }
+    assert_eq!(app.store.latest_series().await.unwrap().unwrap().period, 4);
+    ingest_users(&app, 40, 1).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let next = app.store.latest_series().await.unwrap().unwrap();
+    assert_eq!((next.id, next.period), (s.id + 1, 1));
+    let members = app.store.series_state(next.id).await.unwrap().members;
+    assert_eq!(members.get("u5"), Some(&false), "a spent user joined");
+    assert_eq!(members.get("u40"), Some(&true));
+    assert_eq!(user_events(&app, "u5").await.len(), 1);
+    // A list holds n items whenever the catalogue has them: 13 items, u40 rated 6.
+    assert_eq!(app.recommendations("u40", "n=5").await.items.len(), 5);
+    assert_eq!(app.recommendations("u40", "n=10").await.items.len(), 7);
+    app.stop().await;
+}
+both_backends!(ticks_charge_levels_once);
+
+/// The node noise is stored before the release commits and reused after a crash: a
+/// tick that fails after drawing (the process dies between storing the noise and the
+/// ledger commit) leaves the noise of the nodes it closed; the service restarted with
+/// ANOTHER noise seed publishes exactly the exact counts plus that stored noise.
+async fn node_noise_survives_a_crash(url: &str) {
+    let crash = Arc::new(AtomicBool::new(true));
+    let c = crash.clone();
+    let hooks = Hooks {
+        before_commit: Some(Arc::new(move || {
+            if c.load(Ordering::SeqCst) {
+                Err("simulated kill after the node noise is stored".into())
+            } else {
+                Ok(())
+            }
+        })),
+        ..Hooks::default()
+    };
+    let trainer = popularity_trainer;
+    let app = TestApp::spawn(continual_settings(url), trainer(), hooks).await;
+    ingest_users(&app, 0, 20).await;
+    // Tick 1 succeeds; tick 2 crashes after storing the noise of the nodes ending at 2.
+    crash.store(false, Ordering::SeqCst);
+    assert_eq!(app.retrain().await.status, "succeeded");
+    crash.store(true, Ordering::SeqCst);
+    ingest_users(&app, 20, 5).await;
+    assert_eq!(app.retrain().await.status, "failed");
+    let s = app.store.latest_series().await.unwrap().unwrap();
+    assert_eq!(s.period, 1, "the failed tick was recorded");
+    let stored: Vec<HashMap<String, i64>> = {
+        let mut v = Vec::new();
+        for level in 0..2 {
+            let node = Node {
+                level,
+                index: (2 >> level) - 1,
+            };
+            v.push(
+                app.store
+                    .node_noise(s.id, node)
+                    .await
+                    .unwrap()
+                    .expect("noise stored"),
+            );
+        }
+        v
+    };
+    app.stop().await;
+    // Restart on the same database with another seed: the stored noise is used.
+    let restarted = TestApp::spawn(
+        continual_settings(url),
+        trainer(),
+        Hooks {
+            seed: Some(TEST_SEED + 1000),
+            ..Hooks::default()
+        },
+    )
+    .await;
+    let job = restarted.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    for level in 0..2u32 {
+        let node = Node {
+            level,
+            index: (2 >> level) - 1,
+        };
+        let now = restarted
+            .store
+            .node_noise(s.id, node)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(now, stored[level as usize], "node {node:?} was redrawn");
+    }
+    // Published counts = exact arrival-capped counts + the noise of the decomposition
+    // of t = 2 (the single node (1, 0)).
+    assert_eq!(decomposition(2), vec![Node { level: 1, index: 0 }]);
+    let row = restarted.store.latest_model().await.unwrap().unwrap();
+    assert_eq!(Some(row.release.id), job.release_id);
+    let pop: Popularity = serde_json::from_str(&row.popularity).unwrap();
+    let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
+    let state = restarted.store.series_state(s.id).await.unwrap();
+    for (k, item) in items.iter().enumerate() {
+        let exact = state
+            .admitted
+            .iter()
+            .filter(|(_, i, _)| &**i == item)
+            .count() as i64;
+        assert_eq!(pop.counts[k], exact + stored[1][item], "item {item}");
+    }
+    restarted.stop().await;
+}
+both_backends!(node_noise_survives_a_crash);
