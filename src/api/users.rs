@@ -401,6 +401,32 @@ pub struct Audit {
     /// Private-GD one-bit reports received from the user, newest first: each was charged
     /// `PureDp { eps }` to the user's RDP ledger when it was received (unit user, LDP).
     pub local_reports: Vec<LocalReportView>,
+    /// The user's place in the newest continual release series (`release.mode =
+    /// "continual"`); null when the service has never run one.
+    pub continual: Option<ContinualView>,
+}
+
+/// A continual release series as one user sees it: the levels it charged the user (once,
+/// at the tick the user joined) and the ticks it has left.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContinualView {
+    pub series: i64,
+    /// Ticks of the series (the plan's releases).
+    pub horizon: u64,
+    /// Ticks released so far.
+    pub period: u64,
+    pub ticks_left: u64,
+    /// Levels of the series' tree: the Gaussian mechanisms it composes.
+    pub levels: u32,
+    /// Per-level noise multiplier.
+    pub z_level: f64,
+    /// `joined` (charged the series' levels at `joined_period`), `left_out` (the user's
+    /// filter could not take them: nothing of the user's is counted in this series) or
+    /// `pending` (decided at the next tick).
+    pub status: String,
+    pub joined_period: Option<u64>,
+    /// Levels this series charged the user (all of them once, or none).
+    pub levels_charged: u32,
 }
 
 /// One received LDP report and its ledger charge.
@@ -685,6 +711,7 @@ pub async fn build_audit(
         .collect();
     let rating_level = rating_level_bound(state.store.rating_level_charges(&u.id).await?)?;
     let note = audit_note(&u, exhausted, state.registry.current().as_deref());
+    let continual = continual_view(state, &u.id).await?;
     Ok(Audit {
         user: u.id,
         deleted: u.deleted,
@@ -717,5 +744,31 @@ pub async fn build_audit(
         },
         rating_level,
         local_reports,
+        continual,
     })
+}
+
+/// The user's place in the newest continual series (null: none was ever run).
+async fn continual_view(state: &AppState, user: &str) -> Result<Option<ContinualView>, ApiError> {
+    let Some(s) = state.store.latest_series().await? else {
+        return Ok(None);
+    };
+    let member = state.store.series_member(s.id, user).await?;
+    let levels = s.params.levels();
+    let (status, joined_period, levels_charged) = match member {
+        Some((t, true)) => ("joined", Some(t), levels),
+        Some((_, false)) => ("left_out", None, 0),
+        None => ("pending", None, 0),
+    };
+    Ok(Some(ContinualView {
+        series: s.id,
+        horizon: s.params.horizon,
+        period: s.period,
+        ticks_left: s.params.horizon - s.period,
+        levels,
+        z_level: s.params.z_level,
+        status: status.into(),
+        joined_period,
+        levels_charged,
+    }))
 }

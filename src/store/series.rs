@@ -119,6 +119,28 @@ impl Store {
         Ok(state)
     }
 
+    /// Whether series `id` decided `user`: `(tick, admitted)`.
+    pub async fn series_member(
+        &self,
+        id: i64,
+        user: &str,
+    ) -> Result<Option<(u64, bool)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT joined_period, admitted FROM series_members \
+             WHERE series_id = $1 AND user_id = $2",
+        )
+        .bind(id)
+        .bind(user)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            let t: i64 = r.try_get(0)?;
+            let admitted: i64 = r.try_get(1)?;
+            Ok((t as u64, admitted != 0))
+        })
+        .transpose()
+    }
+
     /// The stored noise of `node` of series `id`, if it was drawn.
     pub async fn node_noise(
         &self,

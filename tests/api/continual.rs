@@ -83,6 +83,20 @@ async fn ticks_charge_levels_once(url: &str) {
     let ev = user_events(&app, "u5").await;
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(ev[0].1, want);
+    // The audit shows the levels charged and the ticks left.
+    let c = app.audit("u5", "").await.continual.expect("a series runs");
+    assert_eq!(
+        (
+            c.series,
+            c.horizon,
+            c.period,
+            c.ticks_left,
+            c.levels,
+            c.levels_charged
+        ),
+        (s.id, 4, 1, 3, 3, 3)
+    );
+    assert_eq!((c.status.as_str(), c.joined_period), ("joined", Some(1)));
     // Second tick: a new user joins; the old ones are not charged again.
     ingest_users(&app, 30, 1).await;
     assert_eq!(app.retrain().await.status, "succeeded");
@@ -119,6 +133,11 @@ async fn ticks_charge_levels_once(url: &str) {
     assert_eq!((next.id, next.period), (s.id + 1, 1));
     let members = app.store.series_state(next.id).await.unwrap().members;
     assert_eq!(members.get("u5"), Some(&false), "a spent user joined");
+    let c = app.audit("u5", "").await.continual.unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.levels_charged, c.ticks_left),
+        ("left_out", 0, 3)
+    );
     assert_eq!(members.get("u40"), Some(&true));
     assert_eq!(user_events(&app, "u5").await.len(), 1);
     // A list holds n items whenever the catalogue has them: 13 items, u40 rated 6.

@@ -479,6 +479,7 @@ mod tests {
                 },
                 rating_level: None,
                 local_reports: vec![],
+                continual: None,
             },
             history: vec![(None, 0.5), (Some(1), 1.0), (Some(2), 2.25)],
             planned_releases: 52,
