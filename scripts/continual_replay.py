@@ -37,7 +37,9 @@ def release(base, key):
     while True:
         _, j = call(base, key, "GET", f"/v1/admin/jobs/{job['id']}")
         if j["status"] != "running":
-            if j["status"] != "succeeded":
+            # A refused release (operator safety: its DP total fell short of the served
+            # one's) leaves the previous release served, as in production.
+            if j["status"] not in ("succeeded", "refused"):
                 raise SystemExit(f"continual_replay: job {j}")
             return j
         time.sleep(0.05)
@@ -80,8 +82,9 @@ def main():
     cut = periods_of(rows, periods)
     seen = {}
     if csv:
-        print("period,users,ndcg10,p10,release_id", file=csv)
+        print("period,users,ndcg10,p10,release_id,status", file=csv)
     per_period = []
+    refused = 0
     for t in range(periods):
         batch = [{"user": u, "item": i, "rating": r} for (u, i, r, _) in cut[t]]
         for k in range(0, len(batch), 5000):
@@ -90,6 +93,7 @@ def main():
         for (u, i, _, _) in cut[t]:
             seen.setdefault(u, set()).add(i)
         job = release(base, key)
+        refused += job["status"] == "refused"
         if t + 1 == periods:
             break
         relevant = {}
@@ -105,11 +109,12 @@ def main():
         if n:
             per_period.append((g / n, p / n))
         if csv:
-            print(f"{t + 1},{n},{g / n if n else ''},{p / n if n else ''},{job['release_id']}",
+            print(f"{t + 1},{n},{g / n if n else ''},{p / n if n else ''},{job['release_id']},{job['status']}",
                   file=csv, flush=True)
     m = len(per_period)
     print(f"periods {periods}: NDCG@10 {sum(x[0] for x in per_period) / m:.4f}, "
-          f"P@10 {sum(x[1] for x in per_period) / m:.4f} over {m} periods with users")
+          f"P@10 {sum(x[1] for x in per_period) / m:.4f} over {m} periods with users; "
+          f"{refused} releases refused (operator safety; the previous one stayed served)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 //! Order of a tick, and why it is safe to stop anywhere (kill -9):
 //! 1. snapshot, series and its stored state; [`plan_tick`] (pure) decides who joins and
 //!    which ratings the arrival cap admits, and the exact prefix counts;
-//! 2. the noise of every node that closes at this tick is read from the store, or drawn
-//!    and stored first (`Store::store_node_noise`: the stored one wins): nothing derived
+//! 2. the noise of the node this tick releases (`tick_node`) is read from the store, or
+//!    drawn and stored first (`Store::store_node_noise`: the stored one wins): nothing derived
 //!    from a node is published before its noise is stored, and a restart reuses it;
 //! 3. the charges and the model are committed (`store::commit_release`), then the tick is
 //!    recorded (`Store::advance_series`), then the model is served. A crash between the
@@ -24,7 +24,7 @@ use crate::store::{
 };
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::topn::continual::{
-    closing_nodes, draw_node_noise, estimate, Admissions, Offer, SeriesParams,
+    draw_node_noise, estimate, tick_node, Admissions, Offer, SeriesParams,
 };
 use crate::train::topn::references::{dp_popularity_ranker, popularity_model};
 use crate::train::{Guarantee, Ranker};
@@ -134,13 +134,12 @@ impl Retrainer {
         let state = self.store.series_state(series.id).await?;
         let plan = plan_tick(&p, t, &state, &snap)?;
         let mut rng = crate::rng::from_seed_or_os(self.config.seed);
-        for node in closing_nodes(t, p.levels()) {
-            if self.store.node_noise(series.id, node).await?.is_none() {
-                let noise = draw_node_noise(&p, snap.items.len(), &mut rng)
-                    .map_err(ReleaseError::Trainer)?;
-                let noise: HashMap<String, i64> = snap.items.iter().cloned().zip(noise).collect();
-                self.store.store_node_noise(series.id, node, &noise).await?;
-            }
+        let node = tick_node(t);
+        if self.store.node_noise(series.id, node).await?.is_none() {
+            let noise =
+                draw_node_noise(&p, snap.items.len(), &mut rng).map_err(ReleaseError::Trainer)?;
+            let noise: HashMap<String, i64> = snap.items.iter().cloned().zip(noise).collect();
+            self.store.store_node_noise(series.id, node, &noise).await?;
         }
         if let Some(h) = &self.hooks.before_commit {
             h().map_err(ReleaseError::Injected)?;
@@ -239,7 +238,7 @@ impl Retrainer {
         let about = serde_json::json!({
             "series": series.id, "period": t, "horizon": p.horizon, "levels": p.levels(),
             "z_level": p.z_level, "sigma": p.sigma(), "cap": p.cap,
-            "nodes_closed": closing_nodes(t, p.levels()).len(),
+            "node": {"level": tick_node(t).level, "periods": tick_node(t).periods()},
         });
         let mechanisms = vec![
             MechanismRecord {

@@ -190,7 +190,7 @@ impl Store {
     }
 
     /// Records tick `tick.period` of series `id` in one transaction: its members, its
-    /// admitted pairs and the new period. Refused unless the stored period is the one
+    /// admitted pairs and the new period, and forgets the nodes no later tick needs. Refused unless the stored period is the one
     /// before (a tick is recorded once).
     pub async fn advance_series(&self, id: i64, tick: &SeriesTick) -> Result<(), StoreError> {
         let _gate = self.write_gate().await;
@@ -250,6 +250,16 @@ impl Store {
             }
             q.execute(&mut *tx).await?;
         }
+        // Nodes no later tick uses (`continual::node_retired`): keeps O(levels)
+        // noise vectors per series instead of 2T - 1.
+        sqlx::query(
+            "DELETE FROM series_nodes WHERE series_id = $1 \
+             AND ((node_index + 2) << CAST(level AS INTEGER)) <= $2",
+        )
+        .bind(id)
+        .bind(t + 1)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -149,7 +149,7 @@ both_backends!(ticks_charge_levels_once);
 
 /// The node noise is stored before the release commits and reused after a crash: a
 /// tick that fails after drawing (the process dies between storing the noise and the
-/// ledger commit) leaves the noise of the nodes it closed; the service restarted with
+/// ledger commit) leaves the noise of the node it releases; the service restarted with
 /// ANOTHER noise seed publishes exactly the exact counts plus that stored noise.
 async fn node_noise_survives_a_crash(url: &str) {
     let crash = Arc::new(AtomicBool::new(true));
@@ -175,23 +175,14 @@ async fn node_noise_survives_a_crash(url: &str) {
     assert_eq!(app.retrain().await.status, "failed");
     let s = app.store.latest_series().await.unwrap().unwrap();
     assert_eq!(s.period, 1, "the failed tick was recorded");
-    let stored: Vec<HashMap<String, i64>> = {
-        let mut v = Vec::new();
-        for level in 0..2 {
-            let node = Node {
-                level,
-                index: (2 >> level) - 1,
-            };
-            v.push(
-                app.store
-                    .node_noise(s.id, node)
-                    .await
-                    .unwrap()
-                    .expect("noise stored"),
-            );
-        }
-        v
-    };
+    // Tick 2 releases node (1, 0) (periods 1..=2); its noise is stored.
+    let node = Node { level: 1, index: 0 };
+    let stored: HashMap<String, i64> = app
+        .store
+        .node_noise(s.id, node)
+        .await
+        .unwrap()
+        .expect("noise stored before the commit");
     app.stop().await;
     // Restart on the same database with another seed: the stored noise is used.
     let restarted = TestApp::spawn(
@@ -205,19 +196,22 @@ async fn node_noise_survives_a_crash(url: &str) {
     .await;
     let job = restarted.retrain().await;
     assert_eq!(job.status, "succeeded", "{job:?}");
-    for level in 0..2u32 {
-        let node = Node {
-            level,
-            index: (2 >> level) - 1,
-        };
-        let now = restarted
-            .store
-            .node_noise(s.id, node)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(now, stored[level as usize], "node {node:?} was redrawn");
-    }
+    let now = restarted
+        .store
+        .node_noise(s.id, node)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now, stored, "node {node:?} was redrawn");
+    // Node (0, 0) (tick 1) is in no later decomposition: forgotten once tick 2 is
+    // recorded; node (1, 0) serves ticks 2 and 3: kept.
+    let retired = Node { level: 0, index: 0 };
+    assert!(restarted
+        .store
+        .node_noise(s.id, retired)
+        .await
+        .unwrap()
+        .is_none());
     // Published counts = exact arrival-capped counts + the noise of the decomposition
     // of t = 2 (the single node (1, 0)).
     assert_eq!(decomposition(2), vec![Node { level: 1, index: 0 }]);
@@ -232,7 +226,7 @@ async fn node_noise_survives_a_crash(url: &str) {
             .iter()
             .filter(|(_, i, _)| &**i == item)
             .count() as i64;
-        assert_eq!(pop.counts[k], exact + stored[1][item], "item {item}");
+        assert_eq!(pop.counts[k], exact + stored[item], "item {item}");
     }
     restarted.stop().await;
 }

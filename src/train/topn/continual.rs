@@ -115,16 +115,25 @@ impl SeriesParams {
     }
 }
 
-/// The nodes that close at tick `t` (`1 <= t`): one per level `h` with `2^h | t`,
-/// below `levels`.
-pub fn closing_nodes(t: u64, levels: u32) -> Vec<Node> {
-    (0..levels)
-        .take_while(|&h| t.is_multiple_of(1u64 << h))
-        .map(|h| Node {
-            level: h,
-            index: (t >> h) - 1,
-        })
-        .collect()
+/// The one node tick `t` (`>= 1`) releases: level `h` = the number of trailing zeros of
+/// `t`, ending at `t`. A node of odd index (a right child) is in no prefix
+/// decomposition, so of the nodes closing at `t` only this one is ever used; the others
+/// are never drawn (releasing fewer nodes of a level is post-processing of that level's
+/// mechanism).
+pub fn tick_node(t: u64) -> Node {
+    let h = t.trailing_zeros();
+    Node {
+        level: h,
+        index: (t >> h) - 1,
+    }
+}
+
+/// Whether `node` can be forgotten once tick `t` is released: no later tick's
+/// decomposition uses it. Node `(h, k)` ends at `e = (k + 1) 2^h` and is in the
+/// decomposition of exactly the ticks `e ..= e + 2^h - 1`, so it is retired when
+/// `e + 2^h <= t + 1`, i.e. `(k + 2) 2^h <= t + 1` (the store deletes in that form).
+pub fn node_retired(node: Node, t: u64) -> bool {
+    (node.index + 2) << node.level <= t + 1
 }
 
 /// One node's noise: an independent discrete Gaussian of the series' `sigma` per item.
@@ -298,22 +307,49 @@ mod tests {
         assert!((p.rating_rho() - 9.0 * 2.0 / (2.0 * 64.0)).abs() < 1e-12);
     }
 
+    /// Each tick releases the last node of its own decomposition, so every node a
+    /// decomposition uses was released at or before that tick, by exactly one tick.
     #[test]
-    fn closing_nodes_follow_the_binary_tree() {
-        let spans =
-            |t: u64| -> Vec<(u64, u64)> { closing_nodes(t, 6).iter().map(Node::periods).collect() };
-        assert_eq!(spans(1), vec![(1, 1)]);
-        assert_eq!(spans(2), vec![(2, 2), (1, 2)]);
-        assert_eq!(spans(3), vec![(3, 3)]);
-        assert_eq!(spans(8), vec![(8, 8), (7, 8), (5, 8), (1, 8)]);
-        // Levels stop at the tree's height: T = 52 has 6 levels (up to 32 periods).
-        assert_eq!(closing_nodes(64, 6).len(), 6);
-        // Every node of every decomposition up to the horizon has closed by then.
-        let mut closed = HashSet::new();
-        for t in 1..=52u64 {
-            closed.extend(closing_nodes(t, 6));
-            for n in crate::privacy::tree::decomposition(t) {
-                assert!(closed.contains(&n), "t = {t}: {n:?} not closed");
+    fn tick_nodes_cover_every_decomposition() {
+        let spans = |t: u64| tick_node(t).periods();
+        assert_eq!(spans(1), (1, 1));
+        assert_eq!(spans(2), (1, 2));
+        assert_eq!(spans(3), (3, 3));
+        assert_eq!(spans(8), (1, 8));
+        assert_eq!(spans(52), (49, 52));
+        let mut released = HashMap::new();
+        for t in 1..=365u64 {
+            let n = tick_node(t);
+            assert!(n.level < levels(365).unwrap());
+            assert!(released.insert(n, t).is_none(), "{n:?} released twice");
+            let d = crate::privacy::tree::decomposition(t);
+            assert_eq!(d.last(), Some(&n));
+            for m in d {
+                assert!(released[&m] <= t, "t = {t}: {m:?} not released");
+            }
+        }
+    }
+
+    /// A retired node is in no later decomposition, and every node a later tick's
+    /// decomposition needs is not retired (exhaustive up to T = 130).
+    #[test]
+    fn retired_nodes_are_never_needed_again() {
+        for t in 1..=130u64 {
+            for t2 in t + 1..=130 {
+                for n in crate::privacy::tree::decomposition(t2) {
+                    if n.periods().1 <= t {
+                        assert!(!node_retired(n, t), "t = {t}: {n:?} needed at {t2}");
+                    }
+                }
+            }
+            for h in 0..8u32 {
+                // Released nodes only: even index (see `tick_node`).
+                for k in (0..(t >> h)).step_by(2) {
+                    let n = Node { level: h, index: k };
+                    let needed = (t + 1..=t + 300)
+                        .any(|t2| crate::privacy::tree::decomposition(t2).contains(&n));
+                    assert_eq!(node_retired(n, t), !needed, "t = {t}: {n:?}");
+                }
             }
         }
     }
