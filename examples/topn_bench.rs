@@ -132,21 +132,16 @@ fn main() -> anyhow::Result<()> {
         max_users: Some(rank_users),
         ..RankingConfig::default()
     };
-    let mut pop_params: Vec<String> = params
+    // dp-popularity at dp-topn's plan (both default to the service's).
+    let pop_params: Vec<String> = params
         .iter()
         .filter(|s| {
-            ["releases=", "eps=", "noise_factor="]
+            ["releases=", "eps=", "delta=", "eps_r=", "noise_factor="]
                 .iter()
                 .any(|k| s.starts_with(k))
         })
         .cloned()
         .collect();
-    // dp-popularity defaults to one release at eps 5; give it dp-topn's plan.
-    for (key, default) in [("releases", "52"), ("eps", "10")] {
-        if !pop_params.iter().any(|s| s.starts_with(key)) {
-            pop_params.push(format!("{key}={default}"));
-        }
-    }
     // Non-private references: popularity always, EASE where its dense item-item solve
     // is affordable.
     let mut runs = vec![

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 B=${DPREC_BIN:-target/release/dprec}
 T=${DPREC_TOPN_BENCH:-target/release/examples/topn_bench}
 ML=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
-NF=1.2053384194761587 # the service's filter factor for its default plan
+# dp-topn and dp-popularity default to the service's calibration (plan, filter, eps_r 1.2);
+# on the presets every rating takes full part (eps_r=none), as in the figures so far.
 large=0
 params=()
 while [[ $# -gt 0 ]]; do
@@ -25,6 +26,7 @@ while [[ $# -gt 0 ]]; do
 done
 extra=""
 for p in "${params[@]}"; do extra+=",$p"; done
+topn="dp-topn${extra:+:${extra#,}}"
 bench_params=()
 for p in "${params[@]}"; do bench_params+=(--param "$p"); done
 log=$(mktemp)
@@ -47,7 +49,7 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 v=()
 branches=""
 for s in 1 2 3; do
-  v+=("$(ndcg_eval "dp-topn:noise_factor=$NF,eps_r=1.2$extra" $s)" "$(ndcg_eval dp-popularity:releases=52,eps=10,eps_r=1.2,noise_factor=$NF $s)")
+  v+=("$(ndcg_eval "$topn" $s)" "$(ndcg_eval dp-popularity $s)")
 done
 row "ML-100K u1..u5 (mean of folds), seeds 1-3" "-" "$(ndcg_eval popularity 1)" "$(ndcg_eval ease 1)" "${v[@]}"
 shapes=(ml100k ml100k-taste heavy-raters light-raters wide-catalogue small-store dense-raters ml1m-taste)
@@ -57,7 +59,7 @@ for shape in "${shapes[@]}"; do
   branches=""
   npop="" ease=""
   for s in 42 1 7; do
-    nice -n 10 $T --preset "$shape" --quality --seed "$s" --param noise_factor=$NF \
+    nice -n 10 $T --preset "$shape" --quality --seed "$s" --param eps_r=none \
       "${bench_params[@]}" --rank-users 3000 >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
     get() { grep -E "^$1 " "$log" | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}'; }
     v+=("$(get dp-topn)" "$(get dp-popularity)")

@@ -2,16 +2,20 @@
 //! report and an SVG plot.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::accountant::PrivacyEvent;
+use crate::config::Settings;
 use crate::data::folds::{self, Fold};
 use crate::data::movielens::{self, Format};
 use crate::data::RatingScale;
 use crate::eval::{self, plot, RunReport, SweepPoint};
-use crate::train::{self, ParamError, Params, TrainError};
+use crate::release::{steps, ReleaseConfig};
+use crate::train::{self, ParamError, Params, TrainError, Trainer};
 
 /// Which folds to evaluate on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -75,7 +79,7 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value_t = plot::Metric::Ndcg)]
     pub plot_metric: plot::Metric,
     /// Add the reference rankers to the run: most-popular (non-private), DP popularity
-    /// (user-level eps 5 at delta 1e-6 in one release, the `dp-popularity` defaults) and
+    /// (the `dp-popularity` defaults: the service's plan, as for `dp-topn`) and
     /// EASE (non-private, lambda 300).
     #[arg(long)]
     pub references: bool,
@@ -176,7 +180,7 @@ fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
 
 /// A trainer to cross-validate: its spec on the command line, the trainer, and the
 /// sweep point it stands for.
-type Job = (String, Box<dyn train::Trainer>, Option<SweepPoint>);
+type Job = (String, Arc<dyn Trainer>, Option<SweepPoint>);
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     super::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
@@ -184,6 +188,17 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     // Build every trainer first, so a bad parameter fails before any work is done.
     let jobs = build_jobs(&args, &sweep)?;
     let (folds, scale) = load_folds(&args)?;
+    // The service calibrates for users with at most one rating per catalogue item.
+    let m = folds.first().map_or(1, |f| f.train.n_items.max(1)) as u64;
+    for (spec, trainer, point) in &jobs {
+        let label = match point {
+            Some(s) => format!("{spec} {}={}", s.param, s.value),
+            None => spec.clone(),
+        };
+        if let Some(c) = calibration(trainer, m) {
+            println!("calibration: {label}: {c}");
+        }
+    }
     let runs = run_jobs(&args, jobs, &folds, scale)?;
     print_table(&runs);
     let report = EvalReport {
@@ -218,7 +233,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
         let Some((key, values)) = sweep else {
             let trainer =
                 train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-            jobs.push((spec.clone(), trainer, None));
+            jobs.push((spec.clone(), Arc::from(trainer), None));
             continue;
         };
         for &v in values {
@@ -227,7 +242,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
             match train::build(&name, &p) {
                 Ok(trainer) => jobs.push((
                     spec.clone(),
-                    trainer,
+                    Arc::from(trainer),
                     Some(SweepPoint {
                         param: key.clone(),
                         value: v,
@@ -238,7 +253,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
                 Err(TrainError::Param(ParamError::Unknown { unknown, .. })) if unknown == *key => {
                     let trainer =
                         train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-                    jobs.push((spec.clone(), trainer, None));
+                    jobs.push((spec.clone(), Arc::from(trainer), None));
                     break;
                 }
                 Err(e) => return Err(e).with_context(|| format!("--trainer {spec}")),
@@ -246,6 +261,105 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
         }
     }
     Ok(jobs)
+}
+
+/// How a private trainer runs in `dprec eval` beside how the service would serve it at
+/// its default configuration (`release::steps::calibrate`, the service's own path).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    /// The plan keys of the trainer's parameters (`releases`, `eps`, `delta`, `eps_r`,
+    /// `noise_factor`, where it has them), as `key=value`.
+    pub plan: Vec<String>,
+    /// The user-level event one release charges here.
+    pub event: PrivacyEvent,
+    /// The ledger's per-rating budget of a rating with the default eps_ij on its first
+    /// release (what `eps_r` stands for here).
+    pub first_share: Option<f64>,
+    /// The service's calibration: the parameters it changes, `(key, here, served)`, and
+    /// the user-level event it charges; `Err`: why it would not serve the trainer.
+    pub served: Result<(Vec<(String, String)>, PrivacyEvent), String>,
+}
+
+/// The calibration of `trainer` (for users with at most `m` ratings); `None` for a
+/// trainer without a user-level cost (non-private, rating-level or local-DP).
+pub fn calibration(trainer: &Arc<dyn Trainer>, m: u64) -> Option<Calibration> {
+    let event = trainer.user_level_event(m)?;
+    let settings = Settings::default();
+    let b = &settings.budget;
+    let params = trainer.params();
+    let plan = ["releases", "eps", "delta", "eps_r", "noise_factor"]
+        .iter()
+        .filter_map(|k| params.get(*k).map(|v| format!("{k}={v}")))
+        .collect();
+    let served = ReleaseConfig::from_settings(&settings)
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| steps::calibrate(&cfg, trainer, m).map_err(|e| e.to_string()))
+        .map(|(t, _, served_event)| {
+            let theirs = t.params();
+            let changed = params
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, v)| theirs.get(k.as_str()) != Some(*v))
+                .map(|(k, v)| (k.clone(), format!("{v} -> {}", theirs[k.as_str()])))
+                .collect();
+            (changed, served_event)
+        });
+    Some(Calibration {
+        plan,
+        event,
+        first_share: crate::ledger::release_share(
+            b.share,
+            b.default_rating_eps,
+            0.0,
+            b.min_release_eps,
+        ),
+        served,
+    })
+}
+
+/// `Gaussian z = 4.9543` for one Gaussian step, else the event as it is.
+fn describe(e: &PrivacyEvent) -> String {
+    match e {
+        PrivacyEvent::Gaussian {
+            noise_multiplier,
+            count: 1,
+        } => format!("Gaussian z = {noise_multiplier:.4}"),
+        PrivacyEvent::Composed { events } if events.len() == 1 => describe(&events[0]),
+        other => format!("{other:?}"),
+    }
+}
+
+impl std::fmt::Display for Calibration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} -> user level per release {}",
+            self.plan.join(" "),
+            describe(&self.event)
+        )?;
+        if let Some(s) = self.first_share {
+            write!(
+                f,
+                " (the ledger gives a default rating {s:.4} on its first release)"
+            )?;
+        }
+        match &self.served {
+            Ok((changed, _)) if changed.is_empty() => {
+                write!(f, "; the service's default configuration serves it as is")
+            }
+            Ok((changed, served_event)) => {
+                let keys: Vec<String> = changed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                write!(
+                    f,
+                    "; the service's default configuration would serve it with {} ({})",
+                    keys.join(", "),
+                    describe(served_event)
+                )
+            }
+            Err(e) => write!(f, "; the service would not serve it: {e}"),
+        }
+    }
 }
 
 /// Cross-validates every job on `folds`, with a progress bar and a line per fold.
@@ -353,4 +467,82 @@ fn write_outputs(args: &EvalArgs, report: &EvalReport) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        eval: EvalArgs,
+    }
+
+    /// The trainers `dprec eval` builds from these arguments.
+    fn jobs(args: &[&str]) -> Vec<Job> {
+        let cli = Cli::try_parse_from(std::iter::once("eval").chain(args.iter().copied())).unwrap();
+        build_jobs(&cli.eval, &parse_sweep(&cli.eval).unwrap()).unwrap()
+    }
+
+    /// Issue 20 item 4: `dprec eval --trainer NAME` with no parameters runs what the
+    /// service serves when `trainer.name = NAME` and everything else is default: the
+    /// service's own trainer build and calibration (`startup::trainer_from_settings`,
+    /// `release::steps::calibrate`) change no parameter, charge exactly eval's per-release
+    /// user-level event (and no separate popularity release), and eval's `eps_r` is the
+    /// ledger's first-release share of a default rating.
+    #[test]
+    fn eval_defaults_are_the_served_calibration() {
+        for name in ["dp-topn", "dp-popularity", "dp-alt"] {
+            let (_, here, _) = jobs(&["--trainer", name]).remove(0);
+            let mut s = Settings::default();
+            s.trainer.name = name.into();
+            let service = crate::startup::trainer_from_settings(&s).unwrap();
+            let cfg = ReleaseConfig::from_settings(&s).unwrap();
+            for m in [1, 1682] {
+                let (served, popularity_eps, event) = steps::calibrate(&cfg, &service, m).unwrap();
+                assert_eq!(served.params(), here.params(), "{name}");
+                assert_eq!(popularity_eps, 0.0, "{name}");
+                let mine = here.user_level_event(m).unwrap();
+                assert_eq!(served.user_level_event(m), Some(mine.clone()), "{name}");
+                assert_eq!(
+                    event,
+                    PrivacyEvent::Composed { events: vec![mine] },
+                    "{name}"
+                );
+            }
+            let c = calibration(&here, 1682).unwrap();
+            assert!(c.served.as_ref().unwrap().0.is_empty(), "{name}: {c}");
+            let eps_r = here.params()["eps_r"].as_f64();
+            assert_eq!(eps_r, c.first_share, "{name}");
+            // 0.1 x 12 (in floating point 1.2000000000000002).
+            assert!((eps_r.unwrap() - 1.2).abs() < 1e-12, "{name}: {eps_r:?}");
+            // The plan's z: 52 releases of it fit eps_u 10 / delta_u 1e-6 (DESIGN 3).
+            let z = match c.event {
+                PrivacyEvent::Gaussian {
+                    noise_multiplier, ..
+                } => noise_multiplier,
+                other => panic!("{other:?}"),
+            };
+            assert!((z - 4.9543).abs() < 1e-4, "{name}: {z}");
+        }
+    }
+
+    /// One-release settings stay available, and eval says how the service would serve
+    /// them instead (with more noise: the factor its plan needs).
+    #[test]
+    fn one_release_settings_show_the_services_factor() {
+        let (_, t, _) = jobs(&["--trainer", "dp-topn:releases=1,eps=5,eps_r=none"]).remove(0);
+        let c = calibration(&t, 1682).unwrap();
+        assert_eq!(t.params()["eps_r"], serde_json::Value::Null);
+        let (changed, _) = c.served.as_ref().unwrap();
+        assert_eq!(changed.len(), 1, "{c}");
+        assert_eq!(changed[0].0, "noise_factor");
+        assert!(
+            c.to_string()
+                .contains("would serve it with noise_factor 1.0 -> "),
+            "{c}"
+        );
+    }
 }

@@ -39,7 +39,9 @@ use crate::train::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
 use crate::train::predictors::joint_als::{project, JointAls};
-use crate::train::topn::dp_topn::{participation, rating_eps, ReleasePlan};
+use crate::train::topn::dp_topn::{
+    eps_r_param, participation, rating_eps, served_eps_r, ReleasePlan,
+};
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
@@ -48,8 +50,8 @@ use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError
 pub struct DpAlt {
     /// The user's lifetime plan the per-release noise is calibrated from.
     pub plan: ReleasePlan,
-    /// Multiplies the plan's noise multiplier (>= 1; the service's lifetime factor by
-    /// default, set by [`Trainer::scaled`] in the service).
+    /// Multiplies the plan's noise multiplier (>= 1; set by [`Trainer::scaled`] when the
+    /// service's plan is stricter than `plan`, 1 at the default plan).
     pub noise_factor: f64,
     /// Latent dimension (0: biases only).
     pub d: usize,
@@ -81,17 +83,12 @@ pub struct DpAlt {
 
 impl Default for DpAlt {
     /// The service's calibration (`dprec eval` runs what is served): the default user
-    /// budget and lifetime plan of the configuration, and as the per-rating budget the
-    /// share a rating with the default eps_ij may spend on its first release.
+    /// budget and lifetime plan of the configuration (calibrated through the same Renyi
+    /// filter as the service's, so the service adds no factor), and as the per-rating
+    /// budget the share a rating with the default eps_ij may spend on its first release.
     fn default() -> Self {
-        use crate::accountant::DEFAULT_PLANNED_RELEASES as PLANNED;
-        use crate::ledger::defaults as b;
-        let mut t = Self {
-            plan: ReleasePlan {
-                eps_u: b::USER_EPS,
-                delta_u: b::USER_DELTA,
-                releases: u64::from(PLANNED),
-            },
+        Self {
+            plan: ReleasePlan::served(),
             noise_factor: 1.0,
             d: 0,
             rounds: 1,
@@ -104,17 +101,8 @@ impl Default for DpAlt {
             lambda_user: 5.0,
             mean: None,
             delta_r: crate::ledger::RATING_DELTA,
-            eps_r: crate::ledger::release_share(b::SHARE, b::RATING_EPS, 0.0, b::MIN_RELEASE_EPS),
-        };
-        // The service's lifetime factor (its Renyi filter admits the plan's `releases`
-        // only at this much more noise; 1 when the plan's multiplier already fits).
-        if let Ok(plan) = crate::accountant::LifetimePlan::new(PLANNED, b::USER_EPS, b::USER_DELTA)
-        {
-            if let Ok(c) = crate::train::units::calibrate_release(&t, &plan, 1, 0.0) {
-                t.noise_factor = c.factor;
-            }
+            eps_r: served_eps_r(),
         }
-        t
     }
 }
 
@@ -140,11 +128,7 @@ pub struct ItemStats {
 impl DpAlt {
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = Self::default();
-        let eps_r = match p.get_str("eps_r") {
-            None => d.eps_r,
-            Some("none") => None,
-            Some(_) => Some(p.positive("eps_r", 1.0)?),
-        };
+        let eps_r = eps_r_param(p, d.eps_r)?;
         let mean = match p.get_str("mean") {
             None | Some("midpoint") => None,
             Some(_) => Some(p.f64("mean", 3.0)?),

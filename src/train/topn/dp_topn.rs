@@ -4,7 +4,8 @@
 //! One release, pure (no I/O), every parameter public (configuration and release plan):
 //! 1. Noise from the plan, before any data is seen: the per-release user-level noise
 //!    multiplier `z` is calibrated through the accountant so that `releases` Gaussian
-//!    releases compose to `(eps_u, delta_u)` ([`ReleasePlan::noise_multiplier`]); the
+//!    releases fit the user's Renyi filter of `(eps_u, delta_u)`, the service's own
+//!    admission rule ([`ReleasePlan::noise_multiplier`]); the
 //!    count step gets `z_c = z / sqrt(count_share)`, the Gram step
 //!    `z_g = z / sqrt(1 - count_share)` (two Gaussians compose to one of multiplier `z`).
 //! 2. Rating level (PDP): each rating `r` with release budget `b_r > 0` is kept with the
@@ -35,19 +36,27 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use crate::accountant::plan::calibrate_gaussian;
+use crate::accountant::{compose_events, default_orders, eps_from_rdp, LifetimePlan, PrivacyEvent};
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
 use crate::train::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
-use crate::train::predictors::gaussian_mf::calibrate_noise_multiplier;
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
 /// A user's lifetime plan: `releases` releases inside `(eps_u, delta_u)`.
+///
+/// Its noise is calibrated exactly as the service calibrates a release: the per-release
+/// multiplier is the smallest whose `releases` compositions the user's Renyi filter
+/// admits ([`accountant::plan::calibrate_gaussian`] on [`Self::lifetime`]), so a trainer
+/// built on the service's plan needs no further factor there
+/// (`units::calibrate_release` returns 1).
+///
+/// [`accountant::plan::calibrate_gaussian`]: crate::accountant::plan::calibrate_gaussian
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ReleasePlan {
     pub eps_u: f64,
@@ -56,20 +65,67 @@ pub struct ReleasePlan {
 }
 
 impl ReleasePlan {
-    /// The per-release Gaussian noise multiplier `z` for which `releases` compositions
-    /// give exactly `eps_u` at `delta_u` through the accountant (its eps is `<= eps_u`).
+    /// The service's default plan: [`DEFAULT_PLANNED_RELEASES`] releases inside the
+    /// default user budget (`ledger::defaults`).
+    ///
+    /// [`DEFAULT_PLANNED_RELEASES`]: crate::accountant::DEFAULT_PLANNED_RELEASES
+    pub fn served() -> Self {
+        use crate::ledger::defaults as b;
+        Self {
+            eps_u: b::USER_EPS,
+            delta_u: b::USER_DELTA,
+            releases: u64::from(crate::accountant::DEFAULT_PLANNED_RELEASES),
+        }
+    }
+
+    /// The plan as the accountant's lifetime plan (the per-user Renyi filter it is
+    /// calibrated against).
+    pub fn lifetime(&self) -> Result<LifetimePlan, TrainError> {
+        self.lifetime_of(self.releases)
+    }
+
+    /// `compositions` releases inside this plan's `(eps_u, delta_u)`.
+    fn lifetime_of(&self, compositions: u64) -> Result<LifetimePlan, TrainError> {
+        let t = u32::try_from(compositions)
+            .map_err(|_| invalid("releases", format!("{compositions} is too many")))?;
+        Ok(LifetimePlan::new(t, self.eps_u, self.delta_u)?)
+    }
+
+    /// The per-release Gaussian noise multiplier `z`: the smallest for which `releases`
+    /// compositions fit the user's Renyi filter of `(eps_u, delta_u)` (the service's
+    /// admission rule, so the plan's user-level charges are always admitted).
     pub fn noise_multiplier(&self) -> Result<f64, TrainError> {
-        calibrate_noise_multiplier(self.eps_u, self.delta_u, self.releases)
+        Ok(calibrate_gaussian(&self.lifetime()?, 1)?)
     }
 
     /// The node multiplier of a continual release by tree aggregation over `releases`
     /// periods (`privacy::tree`): the whole stream is `levels(releases)` Gaussian
-    /// mechanisms, so they (not `releases`) compose to `(eps_u, delta_u)`. Valid only for
-    /// statistics that meet the tree's condition (docs/privacy/dp-topn.md section 4).
+    /// mechanisms, so they (not `releases`) must fit `(eps_u, delta_u)`, calibrated as
+    /// [`Self::noise_multiplier`] (through the Renyi filter). Valid only for statistics
+    /// that meet the tree's condition (docs/privacy/dp-topn.md section 4).
     pub fn tree_noise_multiplier(&self) -> Result<f64, TrainError> {
         let l = crate::privacy::tree::levels(self.releases).map_err(numerical)?;
-        calibrate_noise_multiplier(self.eps_u, self.delta_u, u64::from(l))
+        Ok(calibrate_gaussian(&self.lifetime_of(u64::from(l))?, 1)?)
     }
+}
+
+/// The per-rating budget the service gives a rating with the default eps_ij on its first
+/// release (`ledger::defaults`: share 0.1 of eps_ij 12, so 1.2): the default `eps_r` of
+/// the trainers `dprec eval` runs as served (a trainer that publishes its own DP counts
+/// gets the whole share: the service runs no separate popularity release for it).
+pub fn served_eps_r() -> Option<f64> {
+    use crate::ledger::defaults as b;
+    crate::ledger::release_share(b::SHARE, b::RATING_EPS, 0.0, b::MIN_RELEASE_EPS)
+}
+
+/// The `eps_r` parameter: a number, `none` (every rating takes full part: one-release or
+/// paper settings), or `default` when absent.
+pub fn eps_r_param(p: &Params, default: Option<f64>) -> Result<Option<f64>, TrainError> {
+    Ok(match p.get_str("eps_r") {
+        None => default,
+        Some("none") => None,
+        Some(_) => Some(p.positive("eps_r", 1.0)?),
+    })
 }
 
 /// Per-user contribution bounds, public and fixed before data.
@@ -606,22 +662,20 @@ pub struct DpTopN {
     pub pop_weight: f64,
     /// Public delta at which rating-level RDP is converted to the eps charged.
     pub delta_r: f64,
-    /// Per-rating budget of the release when the ledger gives none; `None`: every rating
-    /// takes full part and is charged what that costs.
+    /// Per-rating budget of the release when the ledger gives none (the default: what the
+    /// service gives a default rating on its first release, [`served_eps_r`]); `None`:
+    /// every rating takes full part and is charged what that costs.
     pub eps_r: Option<f64>,
     /// Multiplies the plan's noise multiplier (>= 1): set by [`Trainer::scaled`] when the
-    /// service's lifetime plan needs more noise than this trainer's own `plan`.
+    /// service's lifetime plan needs more noise than this trainer's own `plan` (1 at the
+    /// default plan: both are calibrated through the same Renyi filter).
     pub noise_factor: f64,
 }
 
 impl Default for DpTopN {
     fn default() -> Self {
         Self {
-            plan: ReleasePlan {
-                eps_u: 10.0,
-                delta_u: 1e-6,
-                releases: 52,
-            },
+            plan: ReleasePlan::served(),
             count_share: 0.2,
             split: Split::DEFAULT,
             contribution: Contribution {
@@ -633,8 +687,8 @@ impl Default for DpTopN {
             threshold: 2.0,
             solver: Solver::SvdAuto { max_d: 32 },
             pop_weight: 0.0,
-            delta_r: 1e-6,
-            eps_r: None,
+            delta_r: crate::ledger::RATING_DELTA,
+            eps_r: served_eps_r(),
             noise_factor: 1.0,
         }
     }
@@ -670,10 +724,7 @@ impl DpTopN {
         };
         // Read every solver key so any may be given (the unused ones are ignored).
         let _ = (p.get_str("d"), p.get_str("lambda"), p.get_str("max_d"));
-        let eps_r = match p.get_str("eps_r") {
-            None | Some("none") => None,
-            Some(_) => Some(p.positive("eps_r", 1.0)?),
-        };
+        let eps_r = eps_r_param(p, d.eps_r)?;
         let split = Split::from_params(p)?;
         let t = Self {
             plan: ReleasePlan {
@@ -694,8 +745,9 @@ impl DpTopN {
             pop_weight: p.non_negative("pop_weight", d.pop_weight)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
-            // The service sets it through `scaled`; as a parameter it lets `eval` repeat a
-            // service release (its params show the factor).
+            // The service sets it through `scaled` when its plan is stricter than `plan`
+            // (never at the default plan); as a parameter it lets `eval` repeat such a
+            // release (its params show the factor).
             noise_factor: p.positive("noise_factor", 1.0)?,
         };
         p.reject_unknown("dp-topn")?;
@@ -1239,8 +1291,20 @@ mod tests {
         r.select(&keep)
     }
 
+    /// A trainer for tests of one release's mechanics: every rating takes full part
+    /// (`eps_r=none`) unless the test sets `eps_r`.
     fn trainer(params: &[&str]) -> DpTopN {
-        DpTopN::from_params(&Params::parse(params).unwrap()).unwrap()
+        let mut p = Params::parse(params).unwrap();
+        if p.get_str("eps_r").is_none() {
+            p.set("eps_r", "none");
+        }
+        DpTopN::from_params(&p).unwrap()
+    }
+
+    /// The per-release multiplier of `releases` releases in (eps, 1e-6) through the
+    /// user's Renyi filter (checked against its closed form in `accountant::plan`).
+    fn plan_z(eps: f64, releases: u32) -> f64 {
+        calibrate_gaussian(&LifetimePlan::new(releases, eps, 1e-6).unwrap(), 1).unwrap()
     }
 
     /// The noise on the released counts and Gram has the standard deviation the plan
@@ -1264,7 +1328,7 @@ mod tests {
             "gram_clip=2",
             "split=gram",
         ]);
-        let z = calibrate_noise_multiplier(5.0, 1e-6, 1).unwrap();
+        let z = plan_z(5.0, 1);
         let (z_c, z_g) = (z / 0.2f64.sqrt(), z / 0.8f64.sqrt());
         let mut rng = crate::rng::seeded(11);
         let rel = t.release(&data, &mut rng).unwrap();
@@ -1318,7 +1382,7 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["eps=5", "releases=1", "threshold=0", "gram_clip=2"]);
-        let z = calibrate_noise_multiplier(5.0, 1e-6, 1).unwrap();
+        let z = plan_z(5.0, 1);
         let z_t = z / 0.02f64.sqrt();
         assert!((t.trace_multiplier().unwrap().unwrap() - z_t).abs() < 1e-9);
         let rows: Vec<Vec<u32>> = (0..m.n_users)
@@ -1422,7 +1486,7 @@ mod tests {
             );
         }
         let t = trainer(&["eps=5", "releases=3"]);
-        let z = calibrate_noise_multiplier(5.0, 1e-6, 3).unwrap();
+        let z = plan_z(5.0, 3);
         let (zz, z_c, z_g) = t.multipliers().unwrap();
         let z_t = t.trace_multiplier().unwrap().unwrap();
         assert!((zz - z).abs() < 1e-12);
@@ -1840,20 +1904,40 @@ mod tests {
         assert!((rating_multiplier(zc, zg, &c) - want).abs() < 1e-12);
     }
 
+    /// The plan's multiplier is the service's: 52 releases of it fit the default user
+    /// filter and 0.1% less noise does not, the service's lifetime calibration adds no
+    /// factor to the default trainer, and the improved RDP-to-DP conversion (no union
+    /// over the order grid) would have allowed less noise (section 1 of
+    /// docs/privacy/dp-topn.md).
     #[test]
     fn planned_noise_follows_the_plan() {
         let one = trainer(&["eps=5", "delta=1e-6", "releases=1"])
             .multipliers()
             .unwrap()
             .0;
-        let year = trainer(&[]).multipliers().unwrap().0;
+        let t = trainer(&[]);
+        let year = t.multipliers().unwrap().0;
         assert!(year > 3.0 * one, "{one} vs {year}");
+        let plan = LifetimePlan::new(52, 10.0, 1e-6).unwrap();
+        let g = |z: f64| {
+            PrivacyEvent::gaussian(z, 1)
+                .unwrap()
+                .rdp_curve(&default_orders())
+                .unwrap()
+        };
+        assert!(plan.fits(&g(year)).unwrap());
+        assert!(!plan.fits(&g(year * 0.999)).unwrap());
+        // Hand computation (best order 5.2, capacity 10 - ln(156e6)/4.2): z = 4.9543.
+        assert!((year - 4.9543).abs() < 1e-4, "{year}");
+        let c = crate::train::units::calibrate_release(&t, &plan, 1682, 0.0).unwrap();
+        assert_eq!(c.factor, 1.0);
         let e = crate::train::predictors::gaussian_mf::gaussian_steps_eps(year, 52, 1e-6).unwrap();
-        assert!(e <= 10.0 && e > 9.99, "{e}");
+        assert!(e < 9.0, "{e}");
     }
 
     /// The tree's node multiplier composes `levels(T)` Gaussians to the plan: 6 for 52
-    /// releases, 1 for one release (then it equals the per-release multiplier).
+    /// releases (6 fit the user filter, 7 do not), 1 for one release (then it equals the
+    /// per-release multiplier).
     #[test]
     fn tree_noise_composes_levels_not_releases() {
         let plan = |releases| ReleasePlan {
@@ -1862,9 +1946,16 @@ mod tests {
             releases,
         };
         let z = plan(52).tree_noise_multiplier().unwrap();
-        let e6 = crate::train::predictors::gaussian_mf::gaussian_steps_eps(z, 6, 1e-6).unwrap();
-        let e7 = crate::train::predictors::gaussian_mf::gaussian_steps_eps(z, 7, 1e-6).unwrap();
-        assert!(e6 <= 10.0 && e6 > 9.99 && e7 > 10.0, "{e6} {e7}");
+        let filter = LifetimePlan::new(1, 10.0, 1e-6).unwrap();
+        let steps = |n| {
+            PrivacyEvent::gaussian(z, n)
+                .unwrap()
+                .rdp_curve(&default_orders())
+                .unwrap()
+        };
+        assert!(filter.fits(&steps(6)).unwrap() && !filter.fits(&steps(7)).unwrap());
+        // Hand computation (order 5.2 as for 52 releases, a sixth of the cost): 1.6829.
+        assert!((z - 1.6829).abs() < 1e-4, "{z}");
         assert!(z < 0.5 * plan(52).noise_multiplier().unwrap());
         let one = plan(1);
         let (a, b) = (one.tree_noise_multiplier(), one.noise_multiplier());

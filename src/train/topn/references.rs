@@ -88,19 +88,18 @@ pub struct DpPopularity {
 }
 
 impl DpPopularity {
-    /// Parameters: `eps`, `delta`, `releases` (the plan; default one release at eps 5,
-    /// delta 1e-6), `cap`, `count_clip`, `threshold`, `delta_r`, `eps_r`, `noise_factor`.
+    /// Parameters: `eps`, `delta`, `releases` (the plan; default the service's, as for
+    /// `dp-topn`: 52 releases in eps_u 10, delta_u 1e-6), `cap`, `count_clip`,
+    /// `threshold`, `delta_r`, `eps_r` (default the served first-release share, `none`:
+    /// full part), `noise_factor`.
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = DpTopN::default();
-        let eps_r = match p.get_str("eps_r") {
-            None | Some("none") => None,
-            Some(_) => Some(p.positive("eps_r", 1.0)?),
-        };
+        let eps_r = dp_topn::eps_r_param(p, d.eps_r)?;
         let inner = DpTopN {
             plan: ReleasePlan {
-                eps_u: p.positive("eps", 5.0)?,
-                delta_u: p.positive("delta", 1e-6)?,
-                releases: p.usize_in("releases", 1, 1, 1_000_000)? as u64,
+                eps_u: p.positive("eps", d.plan.eps_u)?,
+                delta_u: p.positive("delta", d.plan.delta_u)?,
+                releases: p.usize_in("releases", d.plan.releases as usize, 1, 1_000_000)? as u64,
             },
             count_share: 1.0,
             // Nothing follows the counts (a counts-only release spends it all).
@@ -113,7 +112,8 @@ impl DpPopularity {
             threshold: p.non_negative("threshold", 0.0)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
-            // As for dp-topn: `eval` repeats the service's filter factor with it.
+            // As for dp-topn: 1 at the default plan; `eval` repeats a service's factor
+            // for a stricter plan with it.
             noise_factor: p.positive("noise_factor", 1.0)?,
             ..d
         };
