@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use crate::accountant::{default_orders, plan::calibrate_noise, LifetimePlan, PrivacyEvent};
+use crate::accountant::{plan::calibrate_gaussian, LifetimePlan, PrivacyEvent};
 use crate::privacy::tree::{levels, Node};
 use crate::privacy::{discrete_gaussian, Rational};
 use crate::train::{invalid, numerical, TrainError};
@@ -71,11 +71,7 @@ impl SeriesParams {
     pub fn calibrated(plan: &LifetimePlan, cap: usize) -> Result<Self, TrainError> {
         let l = levels(u64::from(plan.releases)).map_err(numerical)?;
         let once = LifetimePlan::new(1, plan.eps, plan.delta).map_err(numerical)?;
-        let orders = default_orders();
-        let z = calibrate_noise(&once, 1e-3, 1e6, |z| {
-            PrivacyEvent::gaussian(z, u64::from(l))?.rdp_curve(&orders)
-        })
-        .map_err(numerical)?;
+        let z = calibrate_gaussian(&once, u64::from(l)).map_err(numerical)?;
         Self::new(u64::from(plan.releases), cap, z)
     }
 
@@ -224,7 +220,7 @@ impl Admissions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::RdpCurve;
+    use crate::accountant::{default_orders, RdpCurve};
     use crate::privacy::stats::{ks_critical, ks_statistic};
     use crate::rng::seeded;
 
@@ -250,6 +246,17 @@ mod tests {
             assert!(once.fits(&curve(p.z_level)).unwrap(), "T = {t}");
             assert!(!once.fits(&curve(p.z_level * 0.999)).unwrap(), "T = {t}");
         }
+        // The same number as the plan's tree multiplier (one calibration).
+        let rp = crate::train::topn::dp_topn::ReleasePlan {
+            eps_u: 10.0,
+            delta_u: 1e-6,
+            releases: 365,
+        };
+        let z = SeriesParams::calibrated(&plan(365), 16).unwrap().z_level;
+        assert!(
+            (z / rp.tree_noise_multiplier().unwrap() - 1.0).abs() < 1e-8,
+            "{z}"
+        );
         // More ticks, more levels, more noise per node; far less than per release.
         let z52 = SeriesParams::calibrated(&plan(52), 16).unwrap().z_level;
         let z365 = SeriesParams::calibrated(&plan(365), 16).unwrap().z_level;
