@@ -94,6 +94,17 @@ pub struct TrainData<'a> {
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
+    /// The external user and item ids of the indices (the store's), when known: the
+    /// keyed subset hash of `dp-topn` reads them so that a database computes the same
+    /// rows (`train::topn::suffstats`). `None`: the decimal indices stand for them.
+    pub labels: Option<Labels<'a>>,
+}
+
+/// External ids by index: `users[u]`, `items[j]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Labels<'a> {
+    pub users: &'a [String],
+    pub items: &'a [String],
 }
 
 impl<'a> TrainData<'a> {
@@ -106,6 +117,7 @@ impl<'a> TrainData<'a> {
             budgets: None,
             rating_rho: None,
             prior: None,
+            labels: None,
         }
     }
 }

@@ -5,3 +5,4 @@
 pub mod dp_topn;
 pub mod item_ranker;
 pub mod references;
+pub mod suffstats;
