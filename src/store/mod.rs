@@ -16,6 +16,7 @@ pub mod private_gd;
 mod ratings;
 mod ratings_pg;
 mod releases;
+pub mod suffstats_pg;
 
 /// A database URL with its credentials hidden, for logs and error messages.
 pub fn redact_url(url: &str) -> String {

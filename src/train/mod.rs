@@ -76,6 +76,9 @@ pub enum TrainError {
     /// A random initialisation refused its spread.
     #[error(transparent)]
     Normal(#[from] rand_distr::NormalError),
+    /// A source of a release's sums (a database) failed or disagreed with the data.
+    #[error("computing a release's sums: {0}")]
+    Source(String),
 }
 
 /// Training input: the ratings, both sparse views, the rating scale, and what the

@@ -389,13 +389,23 @@ pub fn gram(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) ->
 
 /// The trace of [`gram`] without the matrix: `sum_u ||x_u||^2 = sum_u min(m_u, clip^2)`
 /// over users with `m_u >= 1` of their items among the candidates.
-pub fn gram_trace(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) -> f64 {
+pub fn gram_trace<R: AsRef<[u32]>>(
+    rows: &[R],
+    n_items: usize,
+    candidates: &[u32],
+    clip: f64,
+) -> f64 {
     let mut is_candidate = vec![false; n_items];
     candidates
         .iter()
         .for_each(|&j| is_candidate[j as usize] = true);
     rows.iter()
-        .map(|row| row.iter().filter(|&&j| is_candidate[j as usize]).count())
+        .map(|row| {
+            row.as_ref()
+                .iter()
+                .filter(|&&j| is_candidate[j as usize])
+                .count()
+        })
         .filter(|&m| m > 0)
         .map(|m| (m as f64).min(clip * clip))
         .sum()
@@ -792,10 +802,7 @@ impl DpTopN {
         let key = SubsetKey::draw(&mut sampling);
         let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &key)?;
         let n_items = data.matrix.n_items;
-        let local = InProcess {
-            rows: &sample.rows,
-            n_items,
-        };
+        let local = InProcess::one(&sample.rows, &key, n_items);
         let stats = Stats {
             source: source.unwrap_or(&local),
             key: &key,

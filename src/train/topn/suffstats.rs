@@ -275,49 +275,92 @@ pub trait StatsSource {
     ) -> Result<GramSums, TrainError>;
 }
 
-/// The trainer's own capped rows (already drawn with the key): the one-shard case.
+/// Rows drawn with one key cannot answer for another.
+fn same_key(rows: &SubsetKey, asked: &SubsetKey) -> Result<(), TrainError> {
+    if rows == asked {
+        Ok(())
+    } else {
+        Err(TrainError::Source(
+            "rows drawn with another subset key".into(),
+        ))
+    }
+}
+
+/// The trainer's capped rows (drawn with `key`), split into `shards` by [`shard_of`] of
+/// the users' labels, each shard's sums computed on its own and merged. The trainer's
+/// in-process path is the one-shard case ([`InProcess::one`]); more shards are the shard
+/// path on one machine (and SQLite's, whose database cannot compute the sums), equal to
+/// it (test `shard_sums_merge_to_the_one_shot_sums`).
 pub struct InProcess<'a> {
     pub rows: &'a [Vec<u32>],
+    pub key: &'a SubsetKey,
     pub n_items: usize,
+    pub shards: u32,
+    /// The users' labels (read only when `shards > 1`).
+    pub labels: &'a [String],
+}
+
+impl<'a> InProcess<'a> {
+    pub fn one(rows: &'a [Vec<u32>], key: &'a SubsetKey, n_items: usize) -> Self {
+        Self {
+            rows,
+            key,
+            n_items,
+            shards: 1,
+            labels: &[],
+        }
+    }
+
+    fn parts(&self) -> Vec<Vec<&'a [u32]>> {
+        if self.shards <= 1 {
+            return vec![self.rows.iter().map(Vec::as_slice).collect()];
+        }
+        (0..self.shards)
+            .map(|s| shard_rows(self.rows, self.labels, s, self.shards))
+            .collect()
+    }
 }
 
 impl StatsSource for InProcess<'_> {
     fn count_sums(
         &self,
-        _: &SubsetKey,
+        key: &SubsetKey,
         c: &Contribution,
         bits: u32,
     ) -> Result<CountSums, TrainError> {
-        Ok(CountSums::of_rows(
-            self.rows,
-            self.n_items,
-            c.count_clip,
-            bits,
-        ))
+        same_key(self.key, key)?;
+        let zero = CountSums::zeros(self.n_items, bits);
+        Ok(self.parts().iter().fold(zero, |a, p| {
+            a.merge(&CountSums::of_rows(p, self.n_items, c.count_clip, bits))
+        }))
     }
 
     fn trace(
         &self,
-        _: &SubsetKey,
+        key: &SubsetKey,
         c: &Contribution,
         candidates: &[u32],
     ) -> Result<f64, TrainError> {
-        Ok(gram_trace(self.rows, self.n_items, candidates, c.gram_clip))
+        same_key(self.key, key)?;
+        Ok(self
+            .parts()
+            .iter()
+            .map(|p| gram_trace(p, self.n_items, candidates, c.gram_clip))
+            .sum())
     }
 
     fn gram_sums(
         &self,
-        _: &SubsetKey,
+        key: &SubsetKey,
         c: &Contribution,
         candidates: &[u32],
     ) -> Result<GramSums, TrainError> {
+        same_key(self.key, key)?;
         let pos = candidate_positions(self.n_items, candidates);
-        Ok(GramSums::of_rows(
-            self.rows,
-            &pos,
-            candidates.len(),
-            c.gram_clip,
-        ))
+        let k = candidates.len();
+        Ok(self.parts().iter().fold(GramSums::zeros(k), |a, p| {
+            a.merge(&GramSums::of_rows(p, &pos, k, c.gram_clip))
+        }))
     }
 }
 
