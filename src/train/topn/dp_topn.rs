@@ -32,6 +32,8 @@
 
 use std::collections::HashMap;
 
+use rayon::prelude::*;
+
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::privacy::continuous::gaussian;
@@ -253,7 +255,11 @@ pub fn sample_ratings(
                 row.push(j);
             }
         }
+    }
+    // The cap, per user in parallel (a user's digests are its own).
+    rows.par_iter_mut().enumerate().for_each(|(u, row)| {
         if row.len() > cap {
+            let user = user_label(data, u);
             let mut by_digest: Vec<([u8; 32], u32)> = row
                 .iter()
                 .map(|&j| (key.digest(&user, &item_label(data, j)), j))
@@ -264,7 +270,7 @@ pub fn sample_ratings(
             kept.sort_unstable();
             *row = kept;
         }
-    }
+    });
     Ok(Sample {
         rows,
         charges,
