@@ -100,7 +100,7 @@ fn main() -> anyhow::Result<()> {
         count_clip: 4.0,
         gram_clip: 1.0,
     };
-    let key = SubsetKey([7; 32]);
+    let key = SubsetKey::new([7; 32]);
     let t = Instant::now();
     let m = Interactions::new(&r);
     let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);

@@ -1,8 +1,8 @@
 //! PostgreSQL computes a `dp-topn` release's sums (issue 22 item 3, docs/SCALING.md): the
-//! per-user cap by the release's keyed hash (`sha256()` in SQL, the digest of
-//! [`SubsetKey::digest`]), the clipped weights, the count sums (`GROUP BY item`) and the
-//! Gram over the candidates (a self-join of each user's candidate items), all as SQL
-//! aggregates; the service only adds the noise and post-processes
+//! per-user cap by the release's keyed hash (HMAC-SHA256 from `sha256()` in SQL, the
+//! digest of [`SubsetKey::digest`]), the clipped weights, the count sums (`GROUP BY
+//! item`) and the Gram over the candidates (a self-join of each user's candidate items),
+//! all as SQL aggregates; the service only adds the noise and post-processes
 //! ([`crate::train::topn::dp_topn::DpTopN::release_with_source`]).
 //!
 //! The sums are the exact ones of [`crate::train::topn::suffstats`]: the counts are
@@ -65,7 +65,9 @@ impl PgSource {
 
 /// The capped rows as SQL: `kept(user_id, item_id, m)` with `m` the user's capped row
 /// length. Users within the cap keep every rating without hashing; the others their
-/// `$2` ratings with the smallest digests `sha256($1 || be32(len) || user || item)`.
+/// `$2` ratings with the smallest digests `sha256($5 || sha256($1 || be32(len) || user ||
+/// item))`, i.e. HMAC-SHA256 with `$1`, `$5` the key's padded blocks
+/// ([`SubsetKey::pads`]).
 fn kept_sql(src: &str) -> String {
     format!(
         "n AS (SELECT user_id, count(*)::int8 AS n FROM {src} s GROUP BY user_id), \
@@ -75,9 +77,9 @@ fn kept_sql(src: &str) -> String {
            UNION ALL \
            SELECT user_id, item_id, $2::int8 AS m FROM ( \
              SELECT s.user_id, s.item_id, row_number() OVER ( \
-               PARTITION BY s.user_id ORDER BY sha256($1 \
+               PARTITION BY s.user_id ORDER BY sha256($5 || sha256($1 \
                  || int4send(octet_length(convert_to(s.user_id, 'UTF8'))) \
-                 || convert_to(s.user_id, 'UTF8') || convert_to(s.item_id, 'UTF8'))) AS rk \
+                 || convert_to(s.user_id, 'UTF8') || convert_to(s.item_id, 'UTF8')))) AS rk \
              FROM {src} s JOIN n USING (user_id) WHERE n.n > $2) x \
            WHERE rk <= $2)"
     )
@@ -114,10 +116,11 @@ pub async fn count_sums(
         )
     );
     let rows = sqlx::query(&sql)
-        .bind(key.0.to_vec())
+        .bind(key.pads().0.to_vec())
         .bind(c.cap as i64)
         .bind(c.count_clip)
         .bind((1u64 << bits) as f64)
+        .bind(key.pads().1.to_vec())
         .fetch_all(pool)
         .await?;
     rows.iter()
@@ -142,10 +145,11 @@ pub async fn trace(
         )
     );
     let row = sqlx::query(&sql)
-        .bind(key.0.to_vec())
+        .bind(key.pads().0.to_vec())
         .bind(c.cap as i64)
         .bind(c.gram_clip)
         .bind(serde_json::to_string(candidates).expect("ids serialise"))
+        .bind(key.pads().1.to_vec())
         .fetch_one(pool)
         .await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
@@ -175,10 +179,11 @@ pub async fn gram_sums(
     let k = candidates.len();
     let mut g = GramSums::zeros(k);
     let rows = sqlx::query(&sql)
-        .bind(key.0.to_vec())
+        .bind(key.pads().0.to_vec())
         .bind(c.cap as i64)
         .bind(c.gram_clip)
         .bind(serde_json::to_string(candidates).expect("ids serialise"))
+        .bind(key.pads().1.to_vec())
         .fetch_all(pool)
         .await?;
     for r in &rows {

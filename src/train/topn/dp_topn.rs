@@ -13,8 +13,9 @@
 //!    the public `delta_r` ([`rsm_rate`]); the rating is charged that eps.
 //! 3. User level: of the kept ratings, at most `cap` per user (the smallest digests under
 //!    the release's secret subset key, [`SubsetKey`]: a uniformly random subset for a
-//!    random function, and the same rows whoever computes them). The user's binary row `y_u` is clipped to L2 norm `count_clip`
-//!    for the counts and, restricted to the candidates, to `gram_clip` for the Gram.
+//!    random function, and the same rows whoever computes them). The user's binary row
+//!    `y_u` is clipped to L2 norm `count_clip` for the counts and, restricted to the
+//!    candidates, to `gram_clip` for the Gram.
 //! 4. DP counts: `sum_u clip(y_u)` + N(0, (z_c count_clip)^2) on every item.
 //! 5. Candidates: items whose noisy count is at least `threshold` count-noise standard
 //!    deviations, the `k` largest (post-processing of step 4).
@@ -1739,7 +1740,7 @@ mod tests {
             1.0,
             1e-6,
             cap,
-            &SubsetKey([4; 32]),
+            &SubsetKey::new([4; 32]),
         )
         .unwrap();
         assert_eq!(sample.rows[heavy as usize].len(), cap);

@@ -11,11 +11,11 @@
 //!
 //! The cap's subset must then be the same whoever computes it, so it comes from a keyed
 //! hash, not from a generator's stream ([`SubsetKey`], docs/privacy/dp-topn.md section
-//! 2, "Cap"): a rating's digest is `SHA-256(key || be32(len(user)) || user || item)`
+//! 2, "Cap"): a rating's digest is `HMAC-SHA256(key, be32(len(user)) || user || item)`
 //! over the UTF-8 ids; a user keeps the `cap` ratings with the smallest digests
 //! (byte-wise), and an RSM coin flip of rate `q` keeps a rating when
-//! `u = be64(digest[24..32]) / 2^64 < q`. PostgreSQL computes the same digest with
-//! `sha256()` (`store::suffstats_pg`).
+//! `u = be64(digest[24..32]) / 2^64 < q`. PostgreSQL computes the same digest from its
+//! `sha256()` and the key's padded blocks (`store::suffstats_pg`).
 
 use rand::RngCore;
 use rayon::prelude::*;
@@ -27,8 +27,23 @@ use crate::train::TrainError;
 
 /// The release's secret key of the subset hash: 32 bytes drawn from the release's
 /// sampling generator before any data is read. Never stored, logged or published.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SubsetKey(pub [u8; 32]);
+/// A rating's digest is `HMAC-SHA256(key, be32(len(user)) || user || item)` (RFC 2104;
+/// the states after the padded key blocks are kept, so a digest costs three SHA-256
+/// blocks).
+#[derive(Clone)]
+pub struct SubsetKey {
+    key: [u8; 32],
+    inner: Sha256,
+    outer: Sha256,
+}
+
+impl PartialEq for SubsetKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for SubsetKey {}
 
 impl std::fmt::Debug for SubsetKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,21 +52,46 @@ impl std::fmt::Debug for SubsetKey {
 }
 
 impl SubsetKey {
+    pub fn new(key: [u8; 32]) -> Self {
+        let (ipad, opad) = Self::pads_of(&key);
+        Self {
+            key,
+            inner: Sha256::new().chain_update(ipad),
+            outer: Sha256::new().chain_update(opad),
+        }
+    }
+
     pub fn draw(rng: &mut DpRng) -> Self {
         let mut k = [0u8; 32];
         rng.fill_bytes(&mut k);
-        Self(k)
+        Self::new(k)
     }
 
-    /// `SHA-256(key || be32(len(user)) || user || item)`: the length prefix makes the
+    fn pads_of(key: &[u8; 32]) -> ([u8; 64], [u8; 64]) {
+        let (mut ipad, mut opad) = ([0x36u8; 64], [0x5cu8; 64]);
+        for (i, k) in key.iter().enumerate() {
+            ipad[i] ^= k;
+            opad[i] ^= k;
+        }
+        (ipad, opad)
+    }
+
+    /// HMAC's two padded key blocks `(K xor ipad, K xor opad)` (the key zero-padded to the
+    /// 64-byte block): the database computes the digest as
+    /// `sha256(opad || sha256(ipad || message))` with them.
+    pub fn pads(&self) -> ([u8; 64], [u8; 64]) {
+        Self::pads_of(&self.key)
+    }
+
+    /// `HMAC-SHA256(key, be32(len(user)) || user || item)`: the length prefix makes the
     /// encoding of (user, item) unambiguous.
     pub fn digest(&self, user: &str, item: &str) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(self.0);
-        h.update((user.len() as u32).to_be_bytes());
-        h.update(user.as_bytes());
-        h.update(item.as_bytes());
-        h.finalize().into()
+        let inner = (self.inner.clone())
+            .chain_update((user.len() as u32).to_be_bytes())
+            .chain_update(user.as_bytes())
+            .chain_update(item.as_bytes())
+            .finalize();
+        self.outer.clone().chain_update(inner).finalize().into()
     }
 }
 
@@ -427,12 +467,26 @@ mod tests {
         );
     }
 
+    /// The digest is HMAC-SHA256 (the `hmac` crate's, RFC 2104) of the length-prefixed ids.
+    #[test]
+    fn the_digest_is_hmac_sha256_of_the_ids() {
+        use hmac::{Hmac, Mac};
+        let key = SubsetKey::new([0xa5; 32]);
+        let mut mac = Hmac::<Sha256>::new_from_slice(&[0xa5; 32]).unwrap();
+        mac.update(&[0, 0, 0, 3]);
+        mac.update("ü1".as_bytes());
+        mac.update(b"item-7");
+        let want: [u8; 32] = mac.finalize().into_bytes().into();
+        assert_eq!(key.digest("ü1", "item-7"), want);
+        assert_ne!(key.digest("ü1", "item-7"), key.digest("ü1i", "tem-7"));
+    }
+
     /// A user's capped row depends only on its own ratings and the key: other users
     /// coming or going leave it unchanged, and one more rating of its own changes it by
     /// at most one swap (the rating-level bound of docs/privacy/dp-topn.md).
     #[test]
     fn a_users_subset_depends_only_on_its_own_ratings() {
-        let key = SubsetKey([9; 32]);
+        let key = SubsetKey::new([9; 32]);
         let r = ratings(40, 80, 2);
         let base = rows_with(&r, &key, 8);
         // User 0 gone (the others keep their indices by label: user 0's row is emptied).
@@ -463,7 +517,7 @@ mod tests {
     #[test]
     fn shard_sums_merge_to_the_one_shot_sums() {
         let r = ratings(300, 120, 3);
-        let key = SubsetKey([5; 32]);
+        let key = SubsetKey::new([5; 32]);
         let c = Contribution {
             cap: 16,
             count_clip: 3.0,
