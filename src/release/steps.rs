@@ -275,6 +275,7 @@ pub async fn fit(
     let ratings = set.ratings.clone();
     let budgets = set.budgets.clone();
     let rho = set.rho.clone();
+    let (user_ids, item_ids) = (set.user_ids.clone(), set.item_ids.clone());
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
     let fit = tokio::task::spawn_blocking(move || {
@@ -289,6 +290,10 @@ pub async fn fit(
                 budgets: Some(&budgets),
                 rating_rho: Some(&rho),
                 prior: prior.as_ref(),
+                labels: Some(crate::train::Labels {
+                    users: &user_ids,
+                    items: &item_ids,
+                }),
             };
             let mut rng = crate::rng::from_seed_or_os(seed);
             trainer.fit(&data, &mut rng).map(|f| (f, rng))

@@ -17,6 +17,7 @@ mod ratings;
 mod ratings_pg;
 mod releases;
 mod series;
+pub mod suffstats_pg;
 
 /// A database URL with its credentials hidden, for logs and error messages.
 pub fn redact_url(url: &str) -> String {

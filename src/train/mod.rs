@@ -76,6 +76,9 @@ pub enum TrainError {
     /// A random initialisation refused its spread.
     #[error(transparent)]
     Normal(#[from] rand_distr::NormalError),
+    /// A source of a release's sums (a database) failed or disagreed with the data.
+    #[error("computing a release's sums: {0}")]
+    Source(String),
 }
 
 /// Training input: the ratings, both sparse views, the rating scale, and what the
@@ -94,6 +97,17 @@ pub struct TrainData<'a> {
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
+    /// The external user and item ids of the indices (the store's), when known: the
+    /// keyed subset hash of `dp-topn` reads them so that a database computes the same
+    /// rows (`train::topn::suffstats`). `None`: the decimal indices stand for them.
+    pub labels: Option<Labels<'a>>,
+}
+
+/// External ids by index: `users[u]`, `items[j]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Labels<'a> {
+    pub users: &'a [String],
+    pub items: &'a [String],
 }
 
 impl<'a> TrainData<'a> {
@@ -106,6 +120,7 @@ impl<'a> TrainData<'a> {
             budgets: None,
             rating_rho: None,
             prior: None,
+            labels: None,
         }
     }
 }

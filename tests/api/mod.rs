@@ -28,5 +28,6 @@ mod private_gd;
 mod rating_level;
 mod ratings;
 mod recommend;
+mod suffstats;
 mod topn;
 mod users;

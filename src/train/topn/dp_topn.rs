@@ -12,9 +12,11 @@
 //!    RSM probability `pi_r`, the largest rate at which the Poisson-subsampled Gaussian of
 //!    the rating-level multiplier `z_r` ([`rating_multiplier`]) costs at most `b_r` at
 //!    the public `delta_r` ([`rsm_rate`]); the rating is charged that eps.
-//! 3. User level: of the kept ratings, at most `cap` per user (a uniformly random subset:
-//!    a public rule). The user's binary row `y_u` is clipped to L2 norm `count_clip`
-//!    for the counts and, restricted to the candidates, to `gram_clip` for the Gram.
+//! 3. User level: of the kept ratings, at most `cap` per user (the smallest digests under
+//!    the release's secret subset key, [`SubsetKey`]: a uniformly random subset for a
+//!    random function, and the same rows whoever computes them). The user's binary row
+//!    `y_u` is clipped to L2 norm `count_clip` for the counts and, restricted to the
+//!    candidates, to `gram_clip` for the Gram.
 //! 4. DP counts: `sum_u clip(y_u)` + N(0, (z_c count_clip)^2) on every item.
 //! 5. Candidates: items whose noisy count is at least `threshold` count-noise standard
 //!    deviations, the `k` largest (post-processing of step 4).
@@ -32,8 +34,6 @@
 
 use std::collections::HashMap;
 
-use rand::seq::SliceRandom;
-use rand::Rng;
 use rayon::prelude::*;
 
 use crate::accountant::plan::calibrate_gaussian;
@@ -45,6 +45,9 @@ use crate::train::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
+use crate::train::topn::suffstats::{
+    candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
+};
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
@@ -131,7 +134,7 @@ pub fn eps_r_param(p: &Params, default: Option<f64>) -> Result<Option<f64>, Trai
 /// Per-user contribution bounds, public and fixed before data.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Contribution {
-    /// At most this many ratings per user enter a release (uniformly random subset).
+    /// At most this many ratings per user enter a release (random subset by keyed hash).
     pub cap: usize,
     /// L2 bound of a user's count row.
     pub count_clip: f64,
@@ -263,15 +266,19 @@ pub fn participation(
     Ok((q, eps, 0.0))
 }
 
-/// Participation by the ratings' budgets ([`participation`]), then the per-user cap
-/// (uniform random subset).
+/// Participation by the ratings' budgets ([`participation`]), then the per-user cap.
+/// Both draws come from the release's secret subset key ([`SubsetKey`], not from a
+/// generator's stream), so that any shard, or a database, computes the same rows: an
+/// RSM-sampled rating of rate `q` is kept when its digest's [`coin`] is `< q`, and a user
+/// over the cap keeps the `cap` kept ratings with the smallest digests (a uniformly random
+/// subset when the keyed hash is a random function; docs/privacy/dp-topn.md, "Cap").
 pub fn sample_ratings(
     data: &TrainData<'_>,
     budgets: &[f64],
     z_r: f64,
     delta_r: f64,
     cap: usize,
-    rng: &mut DpRng,
+    key: &SubsetKey,
 ) -> Result<Sample, TrainError> {
     let m = data.matrix;
     let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
@@ -282,6 +289,7 @@ pub fn sample_ratings(
     for (u, row) in rows.iter_mut().enumerate() {
         let (items, _) = m.by_user.row(u);
         let src = m.by_user.row_source(u);
+        let user = user_label(data, u);
         for (&j, &pos) in items.iter().zip(src) {
             let b = budgets[pos as usize];
             if b.is_nan() || b <= 0.0 {
@@ -289,34 +297,59 @@ pub fn sample_ratings(
             }
             offered_users[u] = true;
             let r0 = data.rating_rho.map_or(0.0, |r| r[pos as usize]);
-            let key = (b.to_bits(), r0.to_bits());
-            let (q, eps, r) = match rates.get(&key) {
+            let k = (b.to_bits(), r0.to_bits());
+            let (q, eps, r) = match rates.get(&k) {
                 Some(&x) => x,
                 None => {
                     let x = participation(b, r0, z_r, delta_r)?;
-                    rates.insert(key, x);
+                    rates.insert(k, x);
                     x
                 }
             };
             charges[pos as usize] = eps;
             rho[pos as usize] = r;
-            if q >= 1.0 || rng.random::<f64>() < q {
+            if q >= 1.0 || (q > 0.0 && coin(&key.digest(&user, &item_label(data, j))) < q) {
                 row.push(j);
             }
         }
-        if row.len() > cap {
-            // `partial_shuffle` returns the `cap` chosen elements as its first slice
-            // (they sit at the END of the row): keep exactly those.
-            let (chosen, _) = row.partial_shuffle(rng, cap);
-            *row = chosen.to_vec();
-        }
     }
+    // The cap, per user in parallel (a user's digests are its own).
+    rows.par_iter_mut().enumerate().for_each(|(u, row)| {
+        if row.len() > cap {
+            let user = user_label(data, u);
+            let mut by_digest: Vec<([u8; 32], u32)> = row
+                .iter()
+                .map(|&j| (key.digest(&user, &item_label(data, j)), j))
+                .collect();
+            by_digest.sort_unstable();
+            by_digest.truncate(cap);
+            let mut kept: Vec<u32> = by_digest.into_iter().map(|(_, j)| j).collect();
+            kept.sort_unstable();
+            *row = kept;
+        }
+    });
     Ok(Sample {
         rows,
         charges,
         rho,
         offered_users,
     })
+}
+
+/// User `u`'s external id ([`TrainData::labels`]), else its decimal index.
+pub fn user_label<'a>(data: &'a TrainData<'_>, u: usize) -> std::borrow::Cow<'a, str> {
+    match data.labels {
+        Some(l) => std::borrow::Cow::Borrowed(l.users[u].as_str()),
+        None => std::borrow::Cow::Owned(u.to_string()),
+    }
+}
+
+/// Item `j`'s external id ([`TrainData::labels`]), else its decimal index.
+pub fn item_label<'a>(data: &'a TrainData<'_>, j: u32) -> std::borrow::Cow<'a, str> {
+    match data.labels {
+        Some(l) => std::borrow::Cow::Borrowed(l.items[j as usize].as_str()),
+        None => std::borrow::Cow::Owned(j.to_string()),
+    }
 }
 
 /// Finest grid the count sums live on, `gamma = 2^-bits` with `bits <= 16`: a user's
@@ -368,26 +401,25 @@ pub fn noisy_counts(
     rng: &mut DpRng,
 ) -> Result<Vec<f64>, TrainError> {
     let bits = count_grid_bits(sigma, cap)?;
-    let unit = 1i64 << bits;
-    let mut sums = vec![0i64; n_items];
-    for row in rows {
-        if row.is_empty() {
-            continue;
-        }
-        let w = (clip / (row.len() as f64).sqrt()).min(1.0);
-        // floor(w 2^bits): exact (a power-of-two scaling), at most 2^bits.
-        let units = (w * unit as f64).floor() as i64;
-        for &j in row {
-            sums[j as usize] += units;
-        }
-    }
+    counts_from_sums(&CountSums::of_rows(rows, n_items, clip, bits), sigma, rng)
+}
+
+/// The noise step of [`noisy_counts`] on merged count sums (from any shards, or from the
+/// database): a discrete Gaussian of sd `sigma` (count units) on every item in grid units,
+/// then the nearest whole count.
+pub fn counts_from_sums(
+    sums: &CountSums,
+    sigma: f64,
+    rng: &mut DpRng,
+) -> Result<Vec<f64>, TrainError> {
+    let unit = 1i64 << sums.bits;
     let s = sigma * unit as f64;
     let s2 = crate::privacy::Rational {
         num: (s * s).ceil() as u64 + 1,
         den: 1,
     };
-    let mut counts = Vec::with_capacity(n_items);
-    for x in sums {
+    let mut counts = Vec::with_capacity(sums.units.len());
+    for &x in &sums.units {
         let noisy = x + crate::privacy::discrete_gaussian(s2, rng).map_err(numerical)?;
         // Nearest whole count (halves up), in integer arithmetic.
         counts.push((noisy + unit / 2).div_euclid(unit) as f64);
@@ -414,66 +446,29 @@ pub fn select_candidates(noisy: &[f64], min_count: f64, k: usize) -> Vec<u32> {
 /// with `x_u` the user's binary row restricted to the candidates and clipped to L2 norm
 /// `clip`.
 pub fn gram(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) -> Vec<f64> {
-    let k = candidates.len();
-    let mut pos = vec![u32::MAX; n_items];
-    for (a, &j) in candidates.iter().enumerate() {
-        pos[j as usize] = a as u32;
-    }
-    let upper = rows
-        .par_chunks(512)
-        .fold(
-            || vec![0.0f64; k * k],
-            |mut acc, chunk| {
-                let mut p: Vec<usize> = Vec::new();
-                for row in chunk {
-                    p.clear();
-                    p.extend(
-                        row.iter()
-                            .map(|&j| pos[j as usize])
-                            .filter(|&a| a != u32::MAX)
-                            .map(|a| a as usize),
-                    );
-                    if p.is_empty() {
-                        continue;
-                    }
-                    p.sort_unstable();
-                    let w = (clip / (p.len() as f64).sqrt()).min(1.0);
-                    let w2 = w * w;
-                    for (i, &a) in p.iter().enumerate() {
-                        let base = a * k;
-                        for &b in &p[i..] {
-                            acc[base + b] += w2;
-                        }
-                    }
-                }
-                acc
-            },
-        )
-        .reduce(
-            || vec![0.0f64; k * k],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        );
-    let mut g = upper;
-    for a in 0..k {
-        for b in 0..a {
-            g[a * k + b] = g[b * k + a];
-        }
-    }
-    g
+    let pos = candidate_positions(n_items, candidates);
+    GramSums::of_rows(rows, &pos, candidates.len(), clip).symmetric()
 }
 
 /// The trace of [`gram`] without the matrix: `sum_u ||x_u||^2 = sum_u min(m_u, clip^2)`
 /// over users with `m_u >= 1` of their items among the candidates.
-pub fn gram_trace(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) -> f64 {
+pub fn gram_trace<R: AsRef<[u32]>>(
+    rows: &[R],
+    n_items: usize,
+    candidates: &[u32],
+    clip: f64,
+) -> f64 {
     let mut is_candidate = vec![false; n_items];
     candidates
         .iter()
         .for_each(|&j| is_candidate[j as usize] = true);
     rows.iter()
-        .map(|row| row.iter().filter(|&&j| is_candidate[j as usize]).count())
+        .map(|row| {
+            row.as_ref()
+                .iter()
+                .filter(|&&j| is_candidate[j as usize])
+                .count()
+        })
         .filter(|&m| m > 0)
         .map(|m| (m as f64).min(clip * clip))
         .sum()
@@ -810,7 +805,21 @@ impl DpTopN {
         data: &TrainData<'_>,
         rng: &mut DpRng,
     ) -> Result<GramRelease, TrainError> {
-        self.release_steps(data, rng, true)
+        self.release_steps(data, None, rng, true)
+    }
+
+    /// [`DpTopN::release`] with the sums computed by `source` (a database, or shards
+    /// merged) instead of the trainer's own rows: the trainer still draws the subset key,
+    /// the sample (for the charges) and every noise, once, on the merged sums. `source`
+    /// must hold the same ratings as `data`; with the same generator the release equals
+    /// the in-process one up to the floating tolerance of the Gram sums.
+    pub fn release_with_source(
+        &self,
+        data: &TrainData<'_>,
+        source: &dyn StatsSource,
+        rng: &mut DpRng,
+    ) -> Result<GramRelease, TrainError> {
+        self.release_steps(data, Some(source), rng, true)
     }
 
     /// Steps 1-4 only (DP popularity): the counts get the whole user-level budget, so
@@ -820,12 +829,14 @@ impl DpTopN {
         data: &TrainData<'_>,
         rng: &mut DpRng,
     ) -> Result<GramRelease, TrainError> {
-        self.release_steps(data, rng, false)
+        self.release_steps(data, None, rng, false)
     }
 
+    // long: the release's steps in order, each a call; its record names a dozen locals.
     fn release_steps(
         &self,
         data: &TrainData<'_>,
+        source: Option<&dyn StatsSource>,
         rng: &mut DpRng,
         with_gram: bool,
     ) -> Result<GramRelease, TrainError> {
@@ -843,29 +854,28 @@ impl DpTopN {
         let c = self.contribution;
         // Without the Gram step its term vanishes (z_g = inf).
         let z_r = self.rating_z(with_gram)?;
-        // Sampling and noise from two streams split off the release's generator before
-        // any data is read: the noise draws never depend on how many coin flips the data
-        // needed (issue 8 finding 1: a new user must not shift the noise).
+        // The subset key and the noise from two streams split off the release's generator
+        // before any data is read: the noise draws never depend on the data (issue 8
+        // finding 1: a new user must not shift the noise).
         let (mut sampling, mut noise) = (crate::rng::split(rng), crate::rng::split(rng));
-        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &mut sampling)?;
+        let key = SubsetKey::draw(&mut sampling);
+        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &key)?;
         let n_items = data.matrix.n_items;
+        let local = InProcess::one(&sample.rows, &key, n_items);
+        let stats = Stats {
+            source: source.unwrap_or(&local),
+            key: &key,
+        };
         let sigma_count = z_c * c.count_clip;
-        let noisy = noisy_counts(
-            &sample.rows,
-            n_items,
-            c.count_clip,
-            c.cap,
-            sigma_count,
-            &mut noise,
-        )?;
+        let bits = count_grid_bits(sigma_count, c.cap)?;
+        let noisy = counts_from_sums(&stats.counts(&c, bits, n_items)?, sigma_count, &mut noise)?;
         let mut candidates = if with_gram {
             select_candidates(&noisy, self.threshold * sigma_count, self.k)
         } else {
             Vec::new()
         };
         let (branch, trace) = if with_gram {
-            let (b, t) =
-                self.choose_rest(&sample.rows, &noisy, &candidates, n_items, &mut noise)?;
+            let (b, t) = self.choose_rest(&stats, &noisy, &candidates, &mut noise)?;
             (Some(b), t)
         } else {
             (None, None)
@@ -874,13 +884,12 @@ impl DpTopN {
             None => (noisy, Vec::new(), sigma_count, f64::INFINITY),
             Some(Split::Counts) => {
                 let (pooled, sigma) =
-                    self.second_counts(&sample.rows, &noisy, n_items, z_g, &mut noise)?;
+                    self.second_counts(&stats, &noisy, n_items, z_g, &mut noise)?;
                 candidates = select_candidates(&pooled, self.threshold * sigma, self.k);
                 (pooled, Vec::new(), sigma, f64::INFINITY)
             }
             Some(_) => {
-                let (g, sigma_gram) =
-                    self.noisy_gram(&sample.rows, n_items, &candidates, &mut noise)?;
+                let (g, sigma_gram) = self.noisy_gram(&stats, &candidates, &mut noise)?;
                 (noisy, g, sigma_count, sigma_gram)
             }
         };
@@ -913,7 +922,7 @@ impl DpTopN {
     /// counts (adds 1/12 to the variance): the pooled counts and their noise sd.
     fn second_counts(
         &self,
-        rows: &[Vec<u32>],
+        stats: &Stats<'_>,
         first: &[f64],
         n_items: usize,
         z_g: f64,
@@ -922,7 +931,8 @@ impl DpTopN {
         let c = &self.contribution;
         let (_, z_c, _) = self.multipliers()?;
         let sigma_second = z_g * c.count_clip;
-        let second = noisy_counts(rows, n_items, c.count_clip, c.cap, sigma_second, noise)?;
+        let bits = count_grid_bits(sigma_second, c.cap)?;
+        let second = counts_from_sums(&stats.counts(c, bits, n_items)?, sigma_second, noise)?;
         let (mut pooled, sigma) = pool_counts(first, z_c * c.count_clip, &second, sigma_second);
         pooled.iter_mut().for_each(|x| *x = x.round());
         Ok((pooled, sigma))
@@ -931,15 +941,23 @@ impl DpTopN {
     /// Step 5: the DP Gram over the candidates and its entry noise sd.
     fn noisy_gram(
         &self,
-        rows: &[Vec<u32>],
-        n_items: usize,
+        stats: &Stats<'_>,
         candidates: &[u32],
         noise: &mut DpRng,
     ) -> Result<(Vec<f64>, f64), TrainError> {
         let (_, _, z_g) = self.multipliers()?;
         let clip = self.contribution.gram_clip;
         let sigma_gram = z_g * clip * clip;
-        let mut g = gram(rows, n_items, candidates, clip);
+        let sums = stats
+            .source
+            .gram_sums(stats.key, &self.contribution, candidates)?;
+        if sums.k != candidates.len() {
+            return Err(invalid(
+                "gram",
+                "the source's Gram is over other candidates",
+            ));
+        }
+        let mut g = sums.symmetric();
         add_symmetric_noise(&mut g, candidates.len(), sigma_gram, noise)?;
         Ok((g, sigma_gram))
     }
@@ -969,10 +987,9 @@ impl DpTopN {
     /// adaptive split, the trace's record.
     fn choose_rest(
         &self,
-        rows: &[Vec<u32>],
+        stats: &Stats<'_>,
         noisy: &[f64],
         candidates: &[u32],
-        n_items: usize,
         noise: &mut DpRng,
     ) -> Result<(Split, Option<serde_json::Value>), TrainError> {
         let (Split::Adaptive { tau, .. }, Some(z_t)) = (self.split, self.trace_multiplier()?)
@@ -981,7 +998,9 @@ impl DpTopN {
         };
         let (_, _, z_g) = self.multipliers()?;
         let g2 = self.contribution.gram_clip * self.contribution.gram_clip;
-        let exact = gram_trace(rows, n_items, candidates, self.contribution.gram_clip);
+        let exact = stats
+            .source
+            .trace(stats.key, &self.contribution, candidates)?;
         let noisy_trace = exact + gaussian(z_t * g2, noise).map_err(numerical)?;
         let edge = noise_edge(z_g * g2, candidates.len());
         // The DP count mass on the candidates per unit of trace: how much of a user's row
@@ -1033,6 +1052,25 @@ impl DpTopN {
 }
 
 /// The mechanism record's name: what the release ran after the counts.
+/// A release's source of sums and its subset key.
+struct Stats<'a> {
+    source: &'a dyn StatsSource,
+    key: &'a SubsetKey,
+}
+
+impl Stats<'_> {
+    fn counts(&self, c: &Contribution, bits: u32, n_items: usize) -> Result<CountSums, TrainError> {
+        let sums = self.source.count_sums(self.key, c, bits)?;
+        if sums.bits != bits || sums.units.len() != n_items {
+            return Err(invalid(
+                "counts",
+                "the source's sums are on another grid or catalogue",
+            ));
+        }
+        Ok(sums)
+    }
+}
+
 fn mechanism_name(branch: Option<Split>, split: Split) -> &'static str {
     match (branch, split) {
         (None, _) => "dp-topn-counts",
@@ -1214,6 +1252,7 @@ impl Trainer for DpTopN {
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
+    use rand::seq::SliceRandom;
 
     /// A Gram over 6 candidates with eigenvalues 100 and 40 (orthonormal directions) and
     /// 0 elsewhere, released with entry noise sd `sigma` (the noise itself left out).
@@ -1765,7 +1804,7 @@ mod tests {
             1.0,
             1e-6,
             cap,
-            &mut crate::rng::seeded(4),
+            &SubsetKey::new([4; 32]),
         )
         .unwrap();
         assert_eq!(sample.rows[heavy as usize].len(), cap);

@@ -6,3 +6,4 @@ pub mod continual;
 pub mod dp_topn;
 pub mod item_ranker;
 pub mod references;
+pub mod suffstats;
