@@ -259,7 +259,9 @@ pub struct Spent {
     /// eps_u - filter_eps.
     pub remaining_eps: Option<f64>,
     /// Releases the user can still take part in at the per-release user-level cost of
-    /// the user's last release (the lifetime plan, DESIGN 3); null before the first.
+    /// the user's last release (the lifetime plan, DESIGN 3); null before the first. A
+    /// member of a continual series: the series' ticks left plus the ticks of the further
+    /// whole series the filter admits.
     pub releases_left: Option<u64>,
     /// Summary of the consumed RDP curve at a few orders.
     pub curve: Vec<RdpPoint>,
@@ -695,6 +697,8 @@ pub async fn build_audit(
         .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok())
         .and_then(|events| compose_events(&events, filter.orders()).ok())
         .and_then(|cost| releases_left(&filter, &u.consumed, &cost).ok());
+    let continual = continual_view(state, &u.id).await?;
+    let releases_left = releases_left.map(|n| series_releases_left(n, continual.as_ref()));
     let releases = release_views(rel)?;
     let local_reports = state
         .store
@@ -711,7 +715,6 @@ pub async fn build_audit(
         .collect();
     let rating_level = rating_level_bound(state.store.rating_level_charges(&u.id).await?)?;
     let note = audit_note(&u, exhausted, state.registry.current().as_deref());
-    let continual = continual_view(state, &u.id).await?;
     Ok(Audit {
         user: u.id,
         deleted: u.deleted,
@@ -746,6 +749,19 @@ pub async fn build_audit(
         local_reports,
         continual,
     })
+}
+
+/// Releases left for a member of a continual series: the series' ticks left (charged
+/// already) plus the ticks of the `whole` further series the filter admits (`whole`:
+/// releases left at the cost of the user's newest charge, the series' charge). Anyone
+/// else: `whole` as it is.
+fn series_releases_left(whole: u64, continual: Option<&ContinualView>) -> u64 {
+    match continual {
+        Some(c) if c.status == "joined" => {
+            whole.saturating_mul(c.horizon).saturating_add(c.ticks_left)
+        }
+        _ => whole,
+    }
 }
 
 /// The user's place in the newest continual series (null: none was ever run).

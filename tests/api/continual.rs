@@ -97,6 +97,8 @@ async fn ticks_charge_levels_once(url: &str) {
         (s.id, 4, 1, 3, 3, 3)
     );
     assert_eq!((c.status.as_str(), c.joined_period), ("joined", Some(1)));
+    // The series took the whole budget: releases left are its 3 ticks left.
+    assert_eq!(app.audit("u5", "").await.spent.releases_left, Some(3));
     // Second tick: a new user joins; the old ones are not charged again.
     ingest_users(&app, 30, 1).await;
     assert_eq!(app.retrain().await.status, "succeeded");
