@@ -80,28 +80,29 @@ pub fn plan_tick(
     }
     out.members = members.len();
     let rho = params.rating_rho();
-    let offers: Vec<Offer> = snap
-        .ratings
-        .iter()
-        .filter(|r| !r.ldp)
-        .map(|r| Offer {
+    // Most ratings share (eps, spent, rho): each distinct triple is converted once (the
+    // conversion goes through the accountant).
+    let mut fits: HashMap<(u64, u64, u64), bool> = HashMap::new();
+    let offers = snap.ratings.iter().filter(|r| !r.ldp).map(move |r| {
+        let key = (r.eps.to_bits(), r.spent.to_bits(), r.rho.to_bits());
+        let affordable = *fits
+            .entry(key)
+            .or_insert_with(|| fits_with_rho(r.eps, r.spent, r.rho, 0.0, rho));
+        Offer {
             rating_id: r.id,
             user: r.user.clone(),
             item: r.item.clone(),
-            affordable: fits_with_rho(r.eps, r.spent, r.rho, 0.0, rho),
-        })
-        .collect();
+            affordable,
+        }
+    });
     let mut cap = Admissions::from_pairs(
         state
             .admitted
             .iter()
             .map(|(u, i, _)| (u.clone(), i.clone())),
     );
-    for k in cap.admit(&offers, &members, params.cap) {
-        let o = &offers[k];
-        out.tick
-            .admitted
-            .push((o.user.clone(), o.item.clone(), o.rating_id));
+    for o in cap.admit(offers, &members, params.cap) {
+        out.tick.admitted.push((o.user, o.item, o.rating_id));
     }
     let index: HashMap<&str, usize> = snap
         .items

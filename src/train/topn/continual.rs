@@ -194,23 +194,24 @@ impl Admissions {
     }
 
     /// Admits, in the order given, the offers of `members` that are affordable, not yet
-    /// admitted (a re-rating adds nothing) and within the user's `cap`; returns their
-    /// positions in `offers`. A rating that is not affordable takes no slot. Nothing is
-    /// ever removed: a deleted rating's pair stays admitted.
+    /// admitted (a re-rating adds nothing) and within the user's `cap`; returns them. A
+    /// rating that is not affordable takes no slot. Nothing is ever removed: a deleted
+    /// rating's pair stays admitted. (An iterator: a snapshot may hold tens of millions
+    /// of ratings.)
     pub fn admit(
         &mut self,
-        offers: &[Offer],
+        offers: impl IntoIterator<Item = Offer>,
         members: &HashSet<Arc<str>>,
         cap: usize,
-    ) -> Vec<usize> {
+    ) -> Vec<Offer> {
         let mut out = Vec::new();
-        for (k, o) in offers.iter().enumerate() {
+        for o in offers {
             if !o.affordable || !members.contains(&o.user) || self.count(&o.user) >= cap {
                 continue;
             }
             if self.pairs.insert((o.user.clone(), o.item.clone())) {
                 *self.per_user.entry(o.user.clone()).or_default() += 1;
-                out.push(k);
+                out.push(o);
             }
         }
         out
@@ -384,7 +385,8 @@ mod tests {
             offer(4, "c", "x", true), // not a member
             offer(5, "b", "x", true),
         ];
-        assert_eq!(a.admit(&first, &members, 2), vec![0, 2, 4]);
+        let ids = |v: Vec<Offer>| v.iter().map(|o| o.rating_id).collect::<Vec<_>>();
+        assert_eq!(ids(a.admit(first, &members, 2)), vec![1, 3, 5]);
         assert_eq!((a.count("a"), a.count("b"), a.count("c")), (2, 1, 0));
         // Next tick: "a" is full, x re-rated by "b" adds nothing, "a"/"x" deleted (absent).
         let second = vec![
@@ -393,7 +395,7 @@ mod tests {
             offer(7, "b", "y", true),
             offer(8, "b", "z", true),
         ];
-        assert_eq!(a.admit(&second, &members, 2), vec![2]);
+        assert_eq!(ids(a.admit(second, &members, 2)), vec![7]);
         assert_eq!((a.count("a"), a.count("b")), (2, 2));
         // The same state rebuilt from the stored pairs admits the same next.
         let b = Admissions::from_pairs(a.pairs.iter().cloned());
