@@ -102,6 +102,9 @@ fn trainer() -> DpTopN {
         "k=40",
         "threshold=0",
         "split=gram",
+        // Every rating takes full part: the database path counts every rating at rate 1
+        // (RSM rates are not in the database; docs/SCALING.md, "What is left").
+        "eps_r=none",
     ];
     DpTopN::from_params(&Params::parse(&p).unwrap()).unwrap()
 }
