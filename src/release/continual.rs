@@ -136,11 +136,20 @@ impl Retrainer {
         let plan = plan_tick(&p, t, &state, &snap)?;
         let mut rng = crate::rng::from_seed_or_os(self.config.seed);
         let node = tick_node(t);
-        if self.store.node_noise(series.id, node).await?.is_none() {
-            let noise =
-                draw_node_noise(&p, snap.items.len(), &mut rng).map_err(ReleaseError::Trainer)?;
-            let noise: HashMap<String, i64> = snap.items.iter().cloned().zip(noise).collect();
-            self.store.store_node_noise(series.id, node, &noise).await?;
+        // The node needs noise for every item this tick can count. A noise stored by a
+        // crashed earlier attempt may predate items registered since: they get fresh
+        // noise added to the stored node (its existing entries never change).
+        let stored = self.store.node_noise(series.id, node).await?;
+        let missing: Vec<&String> = snap
+            .items
+            .iter()
+            .filter(|i| stored.as_ref().is_none_or(|n| !n.contains_key(*i)))
+            .collect();
+        if !missing.is_empty() {
+            let fresh =
+                draw_node_noise(&p, missing.len(), &mut rng).map_err(ReleaseError::Trainer)?;
+            let fresh: HashMap<String, i64> = missing.into_iter().cloned().zip(fresh).collect();
+            self.store.add_node_noise(series.id, node, &fresh).await?;
         }
         if let Some(h) = &self.hooks.before_commit {
             h().map_err(ReleaseError::Injected)?;

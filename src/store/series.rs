@@ -189,6 +189,36 @@ impl Store {
             .ok_or_else(|| bad("a stored node noise vanished"))
     }
 
+    /// Adds `fresh` noise for items `node` has none for, storing the node if it is new,
+    /// and returns the stored noise. Entries already stored are never changed (the first
+    /// draw wins), so a crashed attempt's noise is reused and a concurrent draw for the
+    /// same items is discarded.
+    pub async fn add_node_noise(
+        &self,
+        id: i64,
+        node: Node,
+        fresh: &HashMap<String, i64>,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let stored = self.store_node_noise(id, node, fresh).await?;
+        if fresh.keys().all(|k| stored.contains_key(k)) {
+            return Ok(stored);
+        }
+        let mut merged = fresh.clone();
+        merged.extend(stored);
+        let json = serde_json::to_string(&merged).map_err(bad)?;
+        sqlx::query(
+            "UPDATE series_nodes SET noise = $4 WHERE series_id = $1 AND level = $2 \
+             AND node_index = $3",
+        )
+        .bind(id)
+        .bind(i64::from(node.level))
+        .bind(node.index as i64)
+        .bind(&json)
+        .execute(&self.pool)
+        .await?;
+        Ok(merged)
+    }
+
     /// Records tick `tick.period` of series `id` in one transaction: its members, its
     /// admitted pairs and the new period, and forgets the nodes no later tick needs. Refused unless the stored period is the one
     /// before (a tick is recorded once).

@@ -114,6 +114,11 @@ async fn ticks_charge_levels_once(url: &str) {
         4,
         "{charged:?}"
     );
+    // Each counted rating carries the series' rating charge: its Gaussian rho, once.
+    let want_loss = dprec::ledger::gaussian_eps(s.params.rating_rho());
+    for x in charged.iter().filter(|&&x| x > 0.0) {
+        assert!((x - want_loss).abs() < 1e-9, "{x} vs {want_loss}");
+    }
     let state = app.store.series_state(s.id).await.unwrap();
     assert_eq!(
         state
@@ -142,6 +147,15 @@ async fn ticks_charge_levels_once(url: &str) {
     );
     assert_eq!(members.get("u40"), Some(&true));
     assert_eq!(user_events(&app, "u5").await.len(), 1);
+    let again: Vec<f64> = app
+        .audit("u11", "limit=50")
+        .await
+        .ratings
+        .entries
+        .iter()
+        .map(|r| r.spent)
+        .collect();
+    assert_eq!(again, charged, "a counted rating was charged again");
     // A list holds n items whenever the catalogue has them: 13 items, u40 rated 6.
     assert_eq!(app.recommendations("u40", "n=5").await.items.len(), 5);
     assert_eq!(app.recommendations("u40", "n=10").await.items.len(), 7);
@@ -185,6 +199,8 @@ async fn node_noise_survives_a_crash(url: &str) {
         .await
         .unwrap()
         .expect("noise stored before the commit");
+    // An item registered (and rated) after the crashed attempt drew the node's noise.
+    app.ingest(&[("u0", "late", 5.0, None)]).await;
     app.stop().await;
     // Restart on the same database with another seed: the stored noise is used.
     let restarted = TestApp::spawn(
@@ -204,7 +220,15 @@ async fn node_noise_survives_a_crash(url: &str) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(now, stored, "node {node:?} was redrawn");
+    for (item, noise) in &stored {
+        assert_eq!(
+            now.get(item),
+            Some(noise),
+            "node {node:?}: {item} was redrawn"
+        );
+    }
+    // The item registered after the crash has noise of its own in the node.
+    assert!(now.contains_key("late") && now.len() == stored.len() + 1);
     // Node (0, 0) (tick 1) is in no later decomposition: forgotten once tick 2 is
     // recorded; node (1, 0) serves ticks 2 and 3: kept.
     let retired = Node { level: 0, index: 0 };
@@ -228,7 +252,7 @@ async fn node_noise_survives_a_crash(url: &str) {
             .iter()
             .filter(|(_, i, _)| &**i == item)
             .count() as i64;
-        assert_eq!(pop.counts[k], exact + stored[item], "item {item}");
+        assert_eq!(pop.counts[k], exact + now[item], "item {item}");
     }
     restarted.stop().await;
 }
