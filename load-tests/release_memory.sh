@@ -4,7 +4,7 @@
 # job's own start and finish) and the serve process's peak RSS (VmHWM) before and after it.
 #
 #   load-tests/release_memory.sh prepare --bin PATH --store DIR [--pg DB] [--preset ml20m] [--ratings N]
-#   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB]
+#   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB] [--releases N]
 #
 # prepare  generates `dprec synth --preset P` (all its ratings, or N) and imports it through
 #          the API into a fresh store: SQLite DIR/dprec.sqlite, or with --pg the PostgreSQL
@@ -13,7 +13,10 @@
 # release  copies the store to a scratch one (SQLite: a file copy; PostgreSQL: CREATE
 #          DATABASE ... TEMPLATE DB), so two binaries can be compared on the same data,
 #          starts `dprec serve` on it, runs one admin release and reports. The peak RSS is
-#          the service's; PostgreSQL's own processes are not counted.
+#          the service's; PostgreSQL's own processes are not counted. With --releases N
+#          the service is restarted for each of N releases on the same scratch store, so each
+#          release's peak RSS is its own (e.g. the ticks of a series with
+#          DPREC_RELEASE__MODE=continual in the environment).
 # Compare two builds in one run: `release --bin A` then `release --bin B` on the same DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ store=""
 preset=ml20m
 ratings=""
 pg=""
+releases=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(realpath "$2"); shift 2 ;;
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
         --preset) preset=$2; shift 2 ;;
         --ratings) ratings=$2; shift 2 ;;
         --pg) pg=$2; shift 2 ;;
+        --releases) releases=$2; shift 2 ;;
         *) echo "release_memory: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -91,29 +96,35 @@ case "$cmd" in
             scratch_db="${pg}_scratch_$$"
             trap 'drop_scratch_db; scratch_cleanup' EXIT
             psql_admin "CREATE DATABASE $scratch_db TEMPLATE $pg"
-            start "$(pg_url "$scratch_db")"
+            url=$(pg_url "$scratch_db")
         else
             # With its write-ahead log: what was committed last may be only there.
             for f in "$store"/dprec.sqlite*; do cp "$f" "$scratch/"; done
-            start "sqlite://$scratch/dprec.sqlite"
+            url="sqlite://$scratch/dprec.sqlite"
         fi
-        before=$(hwm)
-        t0=$(date +%s.%N)
-        answer=$(curl -s -X POST "$B/v1/admin/retrain" -H "Authorization: Bearer $admin")
-        job=$(echo "$answer" | grep -Eo '"id":[0-9]+' | head -1 | cut -d: -f2 || true)
-        [ -n "$job" ] || { echo "release_memory: retrain refused: $answer" >&2; exit 1; }
-        while curl -s "$B/v1/admin/jobs/$job" -H "Authorization: Bearer $admin" | grep -q '"status":"running"'; do
-            sleep 0.5
-        done
-        t1=$(date +%s.%N)
-        status=$(curl -s "$B/v1/admin/jobs/$job" -H "Authorization: Bearer $admin")
-        echo "$status" | grep -q '"status":"succeeded"' || { echo "release_memory: the release failed: $status" >&2; exit 1; }
         echo "binary:   $bin"
-        echo "release:  $(echo "$t1 - $t0" | bc) s wall (request to finished job, polled every 0.5 s)"
-        echo "peak RSS: $before kB after start-up, $(hwm) kB after the release (VmHWM)"
-        # The commit logs its ledger transactions (count, total and longest time).
-        grep -Eo 'release [0-9]+: [0-9]+ rating and [0-9]+ user charges committed.*' "$scratch/serve.log" | sed 's/^/ledger:   /' || true
-        grep -Eo 'release stages: .*' "$scratch/serve.log" | sed 's/^release stages: /stages:   /' || true
+        for k in $(seq 1 "$releases"); do
+            start "$url"
+            before=$(hwm)
+            t0=$(date +%s.%N)
+            answer=$(curl -s -X POST "$B/v1/admin/retrain" -H "Authorization: Bearer $admin")
+            job=$(echo "$answer" | grep -Eo '"id":[0-9]+' | head -1 | cut -d: -f2 || true)
+            [ -n "$job" ] || { echo "release_memory: retrain refused: $answer" >&2; exit 1; }
+            while curl -s "$B/v1/admin/jobs/$job" -H "Authorization: Bearer $admin" | grep -q '"status":"running"'; do
+                sleep 0.5
+            done
+            t1=$(date +%s.%N)
+            status=$(curl -s "$B/v1/admin/jobs/$job" -H "Authorization: Bearer $admin")
+            echo "$status" | grep -q '"status":"succeeded"' || { echo "release_memory: the release failed: $status" >&2; exit 1; }
+            echo "release $k: $(echo "$t1 - $t0" | bc) s wall (request to finished job, polled every 0.5 s)"
+            echo "peak RSS: $before kB after start-up, $(hwm) kB after the release (VmHWM)"
+            # The commit logs its ledger transactions (count, total and longest time).
+            grep -Eo 'release [0-9]+: [0-9]+ rating and [0-9]+ user charges committed.*' "$scratch/serve.log" | sed 's/^/ledger:   /' || true
+            grep -Eo 'release stages: .*' "$scratch/serve.log" | sed 's/^release stages: /stages:   /' || true
+            grep -Eo 'tick stages: .*' "$scratch/serve.log" | sed 's/^tick stages: /stages:   /' || true
+            kill "$server"
+            wait "$server" 2>/dev/null || true
+        done
         ;;
     *) echo "usage: release_memory.sh prepare|release --bin PATH --store DIR" >&2; exit 2 ;;
 esac

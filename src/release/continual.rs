@@ -3,8 +3,12 @@
 //! tree aggregation; the served list is their post-processing.
 //!
 //! Order of a tick, and why it is safe to stop anywhere (kill -9):
-//! 1. snapshot, series and its stored state; [`plan_tick`] (pure) decides who joins and
-//!    which ratings the arrival cap admits, and the exact prefix counts;
+//! 1. what the series has not offered yet (`store::series_offers`: the ratings since the
+//!    last tick's mark, the earlier ratings of users who join now, updated ratings) and
+//!    its state in aggregate form (members, per-item counts, pairs of users below the
+//!    cap); the pure [`decide_users`] and [`TickAdmission`] decide who joins, which
+//!    ratings the arrival cap admits, and the exact prefix counts: what [`plan_tick`]
+//!    decides from a whole snapshot, without reading one;
 //! 2. the noise of the node this tick releases (`tick_node`) is read from the store, or
 //!    drawn and stored first (`Store::store_node_noise`: the stored one wins): nothing derived
 //!    from a node is published before its noise is stored, and a restart reuses it;
@@ -16,15 +20,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{ReleaseError, Released, Retrainer};
-use crate::ledger::fits_with_rho;
+use super::{ReleaseError, Released, Retrainer, StageClock};
+use crate::ledger::{fits_with_rho, UserBudget};
 use crate::serve::{Popularity, Published, ReleaseMeta, StoredModel};
 use crate::store::{
-    commit_release, RatingChargeRow, ReleaseRecord, SeriesRow, SeriesState, SeriesTick, Snapshot,
+    commit_release, OfferMark, OfferRead, OfferedRating, RatingChargeRow, ReleaseRecord, SeriesRow,
+    SeriesState, SeriesTick, Snapshot, UPDATE_OVERLAP_MS,
 };
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::topn::continual::{
-    draw_node_noise, estimate, tick_node, Admissions, Offer, SeriesParams,
+    draw_node_noise, estimate, tick_node, Admissions, SeriesParams,
 };
 use crate::train::topn::references::{dp_popularity_ranker, popularity_model};
 use crate::train::{Guarantee, Ranker};
@@ -33,7 +38,7 @@ use crate::train::{Guarantee, Ranker};
 #[derive(Debug, Clone, Default)]
 pub struct TickPlan {
     pub tick: SeriesTick,
-    /// Exact arrival-capped counts over periods `1..=t`, per snapshot item.
+    /// Exact arrival-capped counts over periods `1..=t`, per catalogue item.
     pub exact: Vec<i64>,
     /// Users charged the series' user event at this tick.
     pub joined: Vec<Arc<str>>,
@@ -41,84 +46,182 @@ pub struct TickPlan {
     pub members: usize,
 }
 
-/// Tick `t` of a series with `params` and stored `state`, on `snap` (pure):
-/// - every live user the series has not decided yet joins iff the user's Renyi filter
-///   admits the series' whole user event (the same constant for everyone; with or
-///   without ratings), else is left out of the series for good;
-/// - the arrival cap admits, in rating-id order, members' not-yet-counted items up to
-///   `cap`, among ratings whose own budget covers the series' rating charge (local-DP
-///   ratings never: they are read by local-DP trainers only);
-/// - exact counts are the admitted pairs, old and new (deleted ratings' pairs included).
+/// The users a tick decides (pure): every live user the series has not decided yet joins
+/// iff the user's Renyi filter admits the series' whole user event (the same constant for
+/// everyone, with or without ratings), else is left out of the series for good.
+pub fn decide_users(
+    params: &SeriesParams,
+    undecided: &BTreeMap<String, UserBudget>,
+) -> Result<Vec<(Arc<str>, bool)>, ReleaseError> {
+    let event = [params.user_event()];
+    undecided
+        .iter()
+        .map(|(user, budget)| {
+            let admits = budget
+                .admits(&event)
+                .map_err(|e| ReleaseError::BadCharge(format!("user {user:?}: {e}")))?;
+            Ok((Arc::from(user.as_str()), admits))
+        })
+        .collect()
+}
+
+/// A tick's arrival cap, fed one rating at a time in rating-id order (pure): it admits
+/// members' not-yet-counted items up to `cap`, among ratings whose own budget covers the
+/// series' rating charge. Offering a rating twice changes nothing.
+pub struct TickAdmission {
+    cap: usize,
+    rho: f64,
+    members: HashSet<Arc<str>>,
+    state: Admissions,
+    /// One allocation per item admitted.
+    items: HashSet<Arc<str>>,
+    /// Most ratings share (eps, spent, rho): each distinct triple is converted once (the
+    /// conversion goes through the accountant).
+    fits: HashMap<(u64, u64, u64), bool>,
+    admitted: Vec<(Arc<str>, Arc<str>, i64)>,
+}
+
+impl TickAdmission {
+    /// The cap of a series with `params`, its `members` (joined now included) and the
+    /// arrival-cap `state` it resumes from.
+    pub fn new(params: &SeriesParams, members: HashSet<Arc<str>>, state: Admissions) -> Self {
+        Self {
+            cap: params.cap,
+            rho: params.rating_rho(),
+            members,
+            state,
+            items: HashSet::new(),
+            fits: HashMap::new(),
+            admitted: Vec::new(),
+        }
+    }
+
+    /// Offers one rating; non-members and users at the cap cost a lookup.
+    pub fn offer(&mut self, r: &OfferedRating<'_>) {
+        let Some(user) = self.members.get(r.user) else {
+            return;
+        };
+        if self.state.count(user) >= self.cap {
+            return;
+        }
+        let key = (r.eps.to_bits(), r.spent.to_bits(), r.rho.to_bits());
+        let rho = self.rho;
+        let affordable = *self
+            .fits
+            .entry(key)
+            .or_insert_with(|| fits_with_rho(r.eps, r.spent, r.rho, 0.0, rho));
+        if !affordable {
+            return;
+        }
+        let item = match self.items.get(r.item) {
+            Some(i) => i.clone(),
+            None => {
+                let i: Arc<str> = Arc::from(r.item);
+                self.items.insert(i.clone());
+                i
+            }
+        };
+        if self.state.admit_one(user, &item, self.cap) {
+            self.admitted.push((user.clone(), item, r.id));
+        }
+    }
+
+    /// Members of the series (charged at this or an earlier tick).
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The pairs admitted by this tick: (user, item, rating id), in offer order.
+    pub fn into_admitted(self) -> Vec<(Arc<str>, Arc<str>, i64)> {
+        self.admitted
+    }
+}
+
+/// Exact arrival-capped counts per catalogue item: the pairs admitted before (`old`, per
+/// item) plus this tick's. Items outside the catalogue are dropped.
+pub fn exact_counts<'a>(
+    items: &[String],
+    old: impl IntoIterator<Item = (&'a str, i64)>,
+    new: &'a [(Arc<str>, Arc<str>, i64)],
+) -> Vec<i64> {
+    let index: HashMap<&str, usize> = items
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (i.as_str(), k))
+        .collect();
+    let mut exact = vec![0; items.len()];
+    let news = new.iter().map(|(_, i, _)| (&**i, 1));
+    for (item, n) in old.into_iter().chain(news) {
+        if let Some(&k) = index.get(item) {
+            exact[k] += n;
+        }
+    }
+    exact
+}
+
+/// Tick `t` of a series with `params` and stored `state`, recomputed from a whole
+/// snapshot (pure): what a tick means, and the reference the service's incremental read
+/// ([`Retrainer::continual_release`] reads only what it has not offered yet) is checked
+/// against in the tests. Users as [`decide_users`]; every centrally held rating of
+/// `snap` is offered in rating-id order; exact counts are the admitted pairs, old and
+/// new (deleted ratings' pairs included).
 pub fn plan_tick(
     params: &SeriesParams,
     t: u64,
     state: &SeriesState,
     snap: &Snapshot,
 ) -> Result<TickPlan, ReleaseError> {
-    let event = [params.user_event()];
-    let mut out = TickPlan::default();
-    out.tick.period = t;
-    let mut members: HashSet<Arc<str>> = state
+    let undecided: BTreeMap<String, UserBudget> = snap
+        .users
+        .iter()
+        .filter(|(u, _)| !state.members.contains_key(u.as_str()))
+        .map(|(u, b)| (u.clone(), b.clone()))
+        .collect();
+    let decided = decide_users(params, &undecided)?;
+    let members = state
         .members
         .iter()
         .filter(|(_, &admitted)| admitted)
         .map(|(u, _)| u.clone())
+        .chain(decided.iter().filter(|(_, a)| *a).map(|(u, _)| u.clone()))
         .collect();
-    for (user, budget) in &snap.users {
-        if state.members.contains_key(user.as_str()) {
-            continue;
-        }
-        let admits = budget
-            .admits(&event)
-            .map_err(|e| ReleaseError::BadCharge(format!("user {user:?}: {e}")))?;
-        let user: Arc<str> = Arc::from(user.as_str());
-        out.tick.members.push((user.clone(), admits));
-        if admits {
-            members.insert(user.clone());
-            out.joined.push(user);
-        }
-    }
-    out.members = members.len();
-    let rho = params.rating_rho();
-    // Most ratings share (eps, spent, rho): each distinct triple is converted once (the
-    // conversion goes through the accountant).
-    let mut fits: HashMap<(u64, u64, u64), bool> = HashMap::new();
-    let offers = snap.ratings.iter().filter(|r| !r.ldp).map(move |r| {
-        let key = (r.eps.to_bits(), r.spent.to_bits(), r.rho.to_bits());
-        let affordable = *fits
-            .entry(key)
-            .or_insert_with(|| fits_with_rho(r.eps, r.spent, r.rho, 0.0, rho));
-        Offer {
-            rating_id: r.id,
-            user: r.user.clone(),
-            item: r.item.clone(),
-            affordable,
-        }
-    });
-    let mut cap = Admissions::from_pairs(
-        state
-            .admitted
-            .iter()
-            .map(|(u, i, _)| (u.clone(), i.clone())),
-    );
-    for o in cap.admit(offers, &members, params.cap) {
-        out.tick.admitted.push((o.user, o.item, o.rating_id));
-    }
-    let index: HashMap<&str, usize> = snap
-        .items
+    let pairs = state
+        .admitted
         .iter()
-        .enumerate()
-        .map(|(k, i)| (i.as_str(), k))
-        .collect();
-    out.exact = vec![0; snap.items.len()];
-    let old = state.admitted.iter().map(|(_, i, _)| i);
-    let new = out.tick.admitted.iter().map(|(_, i, _)| i);
-    for item in old.chain(new) {
-        if let Some(&k) = index.get(&**item) {
-            out.exact[k] += 1;
-        }
+        .map(|(u, i, _)| (u.clone(), i.clone()));
+    let mut cap = TickAdmission::new(params, members, Admissions::from_pairs(pairs));
+    for r in snap.ratings.iter().filter(|r| !r.ldp) {
+        cap.offer(&OfferedRating {
+            id: r.id,
+            user: &r.user,
+            item: &r.item,
+            eps: r.eps,
+            spent: r.spent,
+            rho: r.rho,
+        });
     }
-    Ok(out)
+    let members = cap.members();
+    let admitted = cap.into_admitted();
+    let old = state.admitted.iter().map(|(_, i, _)| (&**i, 1));
+    Ok(TickPlan {
+        exact: exact_counts(&snap.items, old, &admitted),
+        joined: joined(&decided),
+        members,
+        tick: SeriesTick {
+            period: t,
+            offered: OfferMark::default(),
+            members: decided,
+            admitted,
+        },
+    })
+}
+
+fn joined(decided: &[(Arc<str>, bool)]) -> Vec<Arc<str>> {
+    decided
+        .iter()
+        .filter(|(_, a)| *a)
+        .map(|(u, _)| u.clone())
+        .collect()
 }
 
 impl Retrainer {
@@ -128,20 +231,18 @@ impl Retrainer {
         job_id: Option<i64>,
         started_at: i64,
     ) -> Result<Released, ReleaseError> {
-        let snap = self.background.snapshot().await?;
+        let mut clock = StageClock::start();
         let series = self.current_series().await?;
         let p = series.params;
         let t = series.period + 1;
-        let state = self.store.series_state(series.id).await?;
-        let plan = plan_tick(&p, t, &state, &snap)?;
+        let (plan, items) = self.read_tick(&series, t, &mut clock).await?;
         let mut rng = crate::rng::from_seed_or_os(self.config.seed);
         let node = tick_node(t);
         // The node needs noise for every item this tick can count. A noise stored by a
         // crashed earlier attempt may predate items registered since: they get fresh
         // noise added to the stored node (its existing entries never change).
         let stored = self.store.node_noise(series.id, node).await?;
-        let missing: Vec<&String> = snap
-            .items
+        let missing: Vec<&String> = items
             .iter()
             .filter(|i| stored.as_ref().is_none_or(|n| !n.contains_key(*i)))
             .collect();
@@ -151,6 +252,7 @@ impl Retrainer {
             let fresh: HashMap<String, i64> = missing.into_iter().cloned().zip(fresh).collect();
             self.store.add_node_noise(series.id, node, &fresh).await?;
         }
+        clock.mark("node noise");
         if let Some(h) = &self.hooks.before_commit {
             h().map_err(ReleaseError::Injected)?;
         }
@@ -169,11 +271,15 @@ impl Retrainer {
             noises.push(n);
         }
         let refs: Vec<&HashMap<String, i64>> = noises.iter().collect();
-        let counts = estimate(&plan.exact, &refs, &snap.items);
-        let rec = self.tick_record(&series, t, &plan, &snap, &counts, job_id, started_at)?;
-        let published = self.tick_published(&rec, &snap, counts)?;
+        let counts = estimate(&plan.exact, &refs, &items);
+        let rec = self.tick_record(&series, t, &plan, &items, &counts, job_id, started_at)?;
+        let published = self.tick_published(&rec, items, counts)?;
+        clock.mark("estimate, record");
         let id = commit_release(&self.store, &rec, self.hooks.inside_commit.as_deref()).await?;
+        clock.mark("commit");
         self.store.advance_series(series.id, &plan.tick).await?;
+        clock.mark("tick record");
+        log::info!("tick stages: {clock}");
         self.publish(published, id, &rec, &crate::ledger::Plan::default());
         log::info!(
             "release {id}: tick {t} of {} in series {} ({} joined, {} ratings admitted)",
@@ -183,6 +289,75 @@ impl Retrainer {
             plan.tick.admitted.len()
         );
         Ok(Released { id, note: None })
+    }
+
+    /// Tick `t` of `series` from what the series has not offered yet
+    /// (`store::series_offers`), and the catalogue its counts are indexed by. The same
+    /// decisions as [`plan_tick`] on a whole snapshot: a rating is offered at the first
+    /// tick after it arrives, at the tick its user joins, and again after an update
+    /// (offering twice changes nothing, and every rating at or below the last tick's mark
+    /// was offered then, at the latest when its user joined).
+    async fn read_tick(
+        &self,
+        series: &SeriesRow,
+        t: u64,
+        clock: &mut StageClock,
+    ) -> Result<(TickPlan, Vec<String>), ReleaseError> {
+        let store = &self.background;
+        let p = &series.params;
+        let mark = store.offer_mark().await?;
+        let decided = decide_users(p, &store.undecided_users(series.id).await?)?;
+        let joined = joined(&decided);
+        let mut members: HashSet<Arc<str>> = (store.series_members_admitted(series.id).await?)
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        members.extend(joined.iter().cloned());
+        let (full, open) = store.series_open_pairs(series.id, p.cap).await?;
+        let open = open.into_iter().map(|(u, i)| (Arc::from(u), Arc::from(i)));
+        let state = Admissions::resume(full.into_iter().map(Arc::from), open, p.cap);
+        let mut cap = TickAdmission::new(p, members, state);
+        clock.mark("users, cap state");
+        let prev = series.offered;
+        if prev.id > 0 {
+            let users: Vec<&str> = joined.iter().map(|u| &**u).collect();
+            let (through, since) = (prev.id, prev.at - UPDATE_OVERLAP_MS);
+            store
+                .for_each_offer(
+                    OfferRead::OfUsers {
+                        users: &users,
+                        through,
+                    },
+                    |r| cap.offer(&r),
+                )
+                .await?;
+            store
+                .for_each_offer(OfferRead::Updated { since, through }, |r| cap.offer(&r))
+                .await?;
+        }
+        let arrived = OfferRead::Arrived {
+            after: prev.id,
+            through: mark.id,
+        };
+        store.for_each_offer(arrived, |r| cap.offer(&r)).await?;
+        clock.mark("offers");
+        let old = store.series_item_counts(series.id).await?;
+        let items = store.catalogue().await?;
+        clock.mark("item counts");
+        let members = cap.members();
+        let admitted = cap.into_admitted();
+        let plan = TickPlan {
+            exact: exact_counts(&items, old.iter().map(|(i, n)| (i.as_str(), *n)), &admitted),
+            joined,
+            members,
+            tick: SeriesTick {
+                period: t,
+                offered: mark,
+                members: decided,
+                admitted,
+            },
+        };
+        Ok((plan, items))
     }
 
     /// The series this tick belongs to: the newest one if it has ticks left, else a new
@@ -207,7 +382,7 @@ impl Retrainer {
         series: &SeriesRow,
         t: u64,
         plan: &TickPlan,
-        snap: &Snapshot,
+        items: &[String],
         counts: &[i64],
         job_id: Option<i64>,
         started_at: i64,
@@ -278,7 +453,7 @@ impl Retrainer {
             popularity_eps: 0.0,
             n_ratings: (plan.exact.iter().sum::<i64>()),
             n_users: plan.members as i64,
-            n_items: snap.items.len() as i64,
+            n_items: items.len() as i64,
             job_id,
             started_at,
             rating_unit: PrivacyUnit::Rating,
@@ -287,7 +462,7 @@ impl Retrainer {
             user_charges,
             model_json: serde_json::to_string(&stored)?,
             users_json: "[]".into(),
-            items_json: serde_json::to_string(&snap.items)?,
+            items_json: serde_json::to_string(items)?,
             popularity_json: serde_json::to_string(&popularity)?,
         })
     }
@@ -296,7 +471,7 @@ impl Retrainer {
     fn tick_published(
         &self,
         rec: &ReleaseRecord,
-        snap: &Snapshot,
+        items: Vec<String>,
         counts: Vec<i64>,
     ) -> Result<Published, ReleaseError> {
         let fill: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
@@ -311,7 +486,7 @@ impl Retrainer {
             meta,
             popularity_model(&fill, self.config.scale),
             Vec::new(),
-            snap.items.clone(),
+            items,
             counts,
         )
         .and_then(|p| p.with_ranker(Some(ranker)))

@@ -663,13 +663,13 @@ impl Retrainer {
 
 /// Wall time of each stage of one release, for the server log (admin-visible only, like
 /// the job's durations): where a release at scale spends its time.
-struct StageClock {
+pub(super) struct StageClock {
     last: std::time::Instant,
     stages: Vec<(&'static str, std::time::Duration)>,
 }
 
 impl StageClock {
-    fn start() -> Self {
+    pub(super) fn start() -> Self {
         Self {
             last: std::time::Instant::now(),
             stages: Vec::new(),
@@ -677,7 +677,7 @@ impl StageClock {
     }
 
     /// Ends the stage `name` now.
-    fn mark(&mut self, name: &'static str) {
+    pub(super) fn mark(&mut self, name: &'static str) {
         let now = std::time::Instant::now();
         self.stages.push((name, now - self.last));
         self.last = now;

@@ -42,6 +42,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "release_series",
         include_str!("../../migrations/sqlite/0014_release_series.sql"),
     ),
+    (
+        15,
+        "series_offered",
+        include_str!("../../migrations/sqlite/0015_series_offered.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -83,6 +88,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         14,
         "release_series",
         include_str!("../../migrations/postgres/0014_release_series.sql"),
+    ),
+    (
+        15,
+        "series_offered",
+        include_str!("../../migrations/postgres/0015_series_offered.sql"),
     ),
 ];
 

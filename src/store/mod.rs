@@ -17,6 +17,7 @@ mod ratings;
 mod ratings_pg;
 mod releases;
 mod series;
+mod series_offers;
 pub mod suffstats_pg;
 
 /// A database URL with its credentials hidden, for logs and error messages.
@@ -35,6 +36,7 @@ pub use releases::{
     RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 pub use series::{SeriesRow, SeriesState, SeriesTick};
+pub use series_offers::{OfferMark, OfferRead, OfferedRating, UPDATE_OVERLAP_MS};
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

@@ -241,24 +241,14 @@ impl Store {
 
     /// Every live (not deleted) user's budget and consumed RDP curve.
     pub async fn user_budgets(&self) -> Result<BTreeMap<String, UserBudget>, StoreError> {
-        let mut users = BTreeMap::new();
-        for r in sqlx::query(
+        sqlx::query(
             "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
         )
         .fetch_all(&self.pool)
         .await?
-        {
-            let consumed: String = r.try_get(3)?;
-            users.insert(
-                r.try_get::<String, _>(0)?,
-                UserBudget {
-                    eps: r.try_get(1)?,
-                    delta: r.try_get(2)?,
-                    consumed: parse_curve(&consumed)?,
-                },
-            );
-        }
-        Ok(users)
+        .iter()
+        .map(budget_row)
+        .collect()
     }
 
     /// Live ratings of live users, their budgets, and the item catalogue. The rows are
@@ -300,6 +290,19 @@ impl Store {
             items,
         })
     }
+}
+
+/// A user's `(id, budget_eps, budget_delta, rdp_consumed)` row as `(id, budget)`.
+pub(super) fn budget_row(r: &sqlx::any::AnyRow) -> Result<(String, UserBudget), StoreError> {
+    let consumed: String = r.try_get(3)?;
+    Ok((
+        r.try_get(0)?,
+        UserBudget {
+            eps: r.try_get(1)?,
+            delta: r.try_get(2)?,
+            consumed: parse_curve(&consumed)?,
+        },
+    ))
 }
 
 /// One shared allocation per distinct id (a snapshot names each user and item many times).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sqlx::Row;
 
-use super::{now_ms, Store, StoreError};
+use super::{now_ms, OfferMark, Store, StoreError};
 use crate::privacy::tree::Node;
 use crate::train::topn::continual::SeriesParams;
 
@@ -20,6 +20,8 @@ pub struct SeriesRow {
     pub params: SeriesParams,
     /// The last tick committed (0: none yet).
     pub period: u64,
+    /// How far the last tick read (zero before the first tick).
+    pub offered: OfferMark,
     pub created_at: i64,
 }
 
@@ -35,6 +37,8 @@ pub struct SeriesState {
 #[derive(Debug, Clone, Default)]
 pub struct SeriesTick {
     pub period: u64,
+    /// How far this tick read: the next tick offers what lies beyond.
+    pub offered: OfferMark,
     /// Users decided at this tick: (user, admitted).
     pub members: Vec<(Arc<str>, bool)>,
     /// Pairs admitted at this tick: (user, item, rating id).
@@ -52,7 +56,8 @@ impl Store {
     /// The newest series (complete or not), if any.
     pub async fn latest_series(&self) -> Result<Option<SeriesRow>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, params, period, created_at FROM release_series ORDER BY id DESC LIMIT 1",
+            "SELECT id, params, period, created_at, offered_id, offered_at FROM release_series \
+             ORDER BY id DESC LIMIT 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -62,6 +67,10 @@ impl Store {
                 id: r.try_get(0)?,
                 params: serde_json::from_str(&params).map_err(bad)?,
                 period: r.try_get::<i64, _>(2)? as u64,
+                offered: OfferMark {
+                    id: r.try_get(4)?,
+                    at: r.try_get(5)?,
+                },
                 created_at: r.try_get(3)?,
             })
         })
@@ -84,6 +93,7 @@ impl Store {
             id: r.try_get(0)?,
             params: *params,
             period: 0,
+            offered: OfferMark::default(),
             created_at: at,
         })
     }
@@ -220,19 +230,23 @@ impl Store {
     }
 
     /// Records tick `tick.period` of series `id` in one transaction: its members, its
-    /// admitted pairs and the new period, and forgets the nodes no later tick needs. Refused unless the stored period is the one
+    /// admitted pairs, the new period and how far it read, and forgets the nodes no later tick needs. Refused unless the stored period is the one
     /// before (a tick is recorded once).
     pub async fn advance_series(&self, id: i64, tick: &SeriesTick) -> Result<(), StoreError> {
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
-        let moved =
-            sqlx::query("UPDATE release_series SET period = $2 WHERE id = $1 AND period = $3")
-                .bind(id)
-                .bind(tick.period as i64)
-                .bind(tick.period as i64 - 1)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+        let moved = sqlx::query(
+            "UPDATE release_series SET period = $2, offered_id = $4, offered_at = $5 \
+             WHERE id = $1 AND period = $3",
+        )
+        .bind(id)
+        .bind(tick.period as i64)
+        .bind(tick.period as i64 - 1)
+        .bind(tick.offered.id)
+        .bind(tick.offered.at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         if moved != 1 {
             return Err(StoreError::Conflict(format!(
                 "series {id} is not at period {}",

@@ -257,3 +257,115 @@ async fn node_noise_survives_a_crash(url: &str) {
     restarted.stop().await;
 }
 both_backends!(node_noise_survives_a_crash);
+
+/// A tick reads only what its series has not offered yet (the ratings since the last
+/// tick's mark, the earlier ratings of joining users, updated ratings) and its state in
+/// aggregate form; it must decide exactly what [`plan_tick`] decides from a whole
+/// snapshot and the whole state. Checked tick by tick over two series with: users
+/// joining late, members below and at the cap rating more, a pair deleted before it was
+/// counted and rated again later (its rating id is old: only the read of updated ratings
+/// offers it), a counted pair deleted (it stays counted), unaffordable ratings, an item
+/// registered late, and a tick with nothing new.
+async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
+    use dprec::release::continual::plan_tick;
+    use dprec::store::SeriesState;
+    use std::collections::BTreeSet;
+
+    let app = TestApp::spawn(
+        continual_settings(url),
+        popularity_trainer(),
+        Hooks::default(),
+    )
+    .await;
+    ingest_users(&app, 0, 12).await;
+    // "d" rates i0 and i1 and deletes i1 before the first tick; "p" cannot afford the
+    // series' rating charge (eps 0.001).
+    app.ingest(&[("d", "i0", 3.0, None), ("d", "i1", 4.0, None)])
+        .await;
+    app.ingest(&[("p", "i0", 3.0, Some(0.001)), ("p", "i1", 3.0, Some(0.001))])
+        .await;
+    assert!(app.store.delete_rating("d", "i1").await.unwrap());
+    type Rows = Vec<(&'static str, &'static str, f64, Option<f64>)>;
+    let mut between: Vec<Rows> = vec![
+        // Tick 2: d rates i1 again; u1 (3 items, below the cap) and u5 (at the cap) rate
+        // more; a new user; an item registered late; u0 deletes a counted pair.
+        vec![
+            ("d", "i1", 5.0, None),
+            ("u1", "i9", 4.0, None),
+            ("u5", "i11", 4.0, None),
+            ("new", "i3", 4.0, None),
+            ("new", "late", 4.0, None),
+        ],
+        // Tick 3: nothing new.
+        vec![],
+        // Tick 4: u1 fills its cap, and one rating more is left out.
+        vec![("u1", "i10", 4.0, None), ("u1", "i11", 4.0, None)],
+        // Tick 1 of the next series: a whole read again.
+        vec![("u2", "i10", 4.0, None)],
+    ];
+    between.reverse();
+    let mut state: Option<(i64, SeriesState)> = None;
+    let mut first_series = None;
+    for tick in 0..5 {
+        let snap = app.store.snapshot().await.unwrap();
+        let job = app.retrain().await;
+        assert_eq!(job.status, "succeeded", "{job:?}");
+        let s = app.store.latest_series().await.unwrap().unwrap();
+        let first = *first_series.get_or_insert(s.id);
+        let before = match state.take() {
+            Some((id, st)) if id == s.id => st,
+            _ => SeriesState::default(),
+        };
+        let want = plan_tick(&s.params, s.period, &before, &snap).unwrap();
+        let after = app.store.series_state(s.id).await.unwrap();
+        let got: BTreeSet<(String, String)> = after
+            .admitted
+            .iter()
+            .filter(|(_, _, t)| *t == s.period)
+            .map(|(u, i, _)| (u.to_string(), i.to_string()))
+            .collect();
+        let expected: BTreeSet<(String, String)> = want
+            .tick
+            .admitted
+            .iter()
+            .map(|(u, i, _)| (u.to_string(), i.to_string()))
+            .collect();
+        assert_eq!(got, expected, "tick {} of series {}", s.period, s.id);
+        let members: BTreeSet<(String, bool)> = after
+            .members
+            .iter()
+            .map(|(u, a)| (u.to_string(), *a))
+            .collect();
+        let want_members: BTreeSet<(String, bool)> = before
+            .members
+            .iter()
+            .map(|(u, a)| (u.to_string(), *a))
+            .chain(want.tick.members.iter().map(|(u, a)| (u.to_string(), *a)))
+            .collect();
+        assert_eq!(members, want_members, "tick {}", s.period);
+        let release = app.store.latest_model().await.unwrap().unwrap().release;
+        assert_eq!(
+            (release.n_ratings, release.n_users),
+            (want.exact.iter().sum::<i64>(), want.members as i64)
+        );
+        match (tick, s.period) {
+            // The re-rated pair is counted at tick 2, the unaffordable ones never.
+            (1, 2) => assert!(got.contains(&("d".into(), "i1".into())), "{got:?}"),
+            (2, 3) => assert!(got.is_empty(), "{got:?}"),
+            (4, 1) => assert_eq!(s.id, first + 1, "the fifth tick starts a new series"),
+            (k, t) => assert_eq!((k + 1, s.id), (t as usize, first)),
+        }
+        assert!(!got.iter().any(|(u, _)| u == "p"), "{got:?}");
+        if tick == 0 {
+            assert!(app.store.delete_rating("u0", "i0").await.unwrap());
+        }
+        if let Some(rows) = between.pop() {
+            if !rows.is_empty() {
+                app.ingest(&rows).await;
+            }
+        }
+        state = Some((s.id, after));
+    }
+    app.stop().await;
+}
+both_backends!(steady_ticks_decide_what_a_whole_snapshot_decides);

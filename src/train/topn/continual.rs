@@ -188,6 +188,21 @@ impl Admissions {
         a
     }
 
+    /// The state of a series whose `full` users have `cap` items admitted (nothing more
+    /// can be admitted for them, so their pairs are not needed) and whose other users
+    /// have the `open` pairs: what a tick reads instead of every pair.
+    pub fn resume(
+        full: impl IntoIterator<Item = Arc<str>>,
+        open: impl IntoIterator<Item = (Arc<str>, Arc<str>)>,
+        cap: usize,
+    ) -> Self {
+        let mut a = Self::from_pairs(open);
+        for u in full {
+            a.per_user.insert(u, cap);
+        }
+        a
+    }
+
     /// Items admitted for `user` so far.
     pub fn count(&self, user: &str) -> usize {
         self.per_user.get(user).copied().unwrap_or(0)
@@ -206,15 +221,21 @@ impl Admissions {
     ) -> Vec<Offer> {
         let mut out = Vec::new();
         for o in offers {
-            if !o.affordable || !members.contains(&o.user) || self.count(&o.user) >= cap {
-                continue;
-            }
-            if self.pairs.insert((o.user.clone(), o.item.clone())) {
-                *self.per_user.entry(o.user.clone()).or_default() += 1;
+            if o.affordable && members.contains(&o.user) && self.admit_one(&o.user, &o.item, cap) {
                 out.push(o);
             }
         }
         out
+    }
+
+    /// Admits the pair `(user, item)` of a member's affordable rating unless the pair is
+    /// admitted already or the user is at `cap`; whether it was admitted.
+    pub fn admit_one(&mut self, user: &Arc<str>, item: &Arc<str>, cap: usize) -> bool {
+        if self.count(user) >= cap || !self.pairs.insert((user.clone(), item.clone())) {
+            return false;
+        }
+        *self.per_user.entry(user.clone()).or_default() += 1;
+        true
     }
 }
 
@@ -400,6 +421,33 @@ mod tests {
         // The same state rebuilt from the stored pairs admits the same next.
         let b = Admissions::from_pairs(a.pairs.iter().cloned());
         assert_eq!((b.count("a"), b.count("b")), (2, 2));
+    }
+
+    #[test]
+    fn a_resumed_cap_admits_what_the_whole_state_admits() {
+        let arc = |s: &str| -> Arc<str> { Arc::from(s) };
+        let members: HashSet<Arc<str>> = ["a", "b"].into_iter().map(arc).collect();
+        let mut whole = Admissions::default();
+        let first = vec![
+            offer(1, "a", "x", true),
+            offer(2, "a", "y", true),
+            offer(3, "b", "x", true),
+        ];
+        whole.admit(first, &members, 2);
+        // "a" is full: only its count is read back; "b" is open: its pairs are.
+        let mut resumed = Admissions::resume([arc("a")], [(arc("b"), arc("x"))], 2);
+        let next = || {
+            vec![
+                offer(4, "a", "z", true),
+                offer(3, "b", "x", true), // offered again (an update): nothing
+                offer(5, "b", "z", true),
+                offer(6, "b", "w", true), // over the cap
+            ]
+        };
+        let ids = |v: Vec<Offer>| v.iter().map(|o| o.rating_id).collect::<Vec<_>>();
+        assert_eq!(ids(whole.admit(next(), &members, 2)), vec![5]);
+        assert_eq!(ids(resumed.admit(next(), &members, 2)), vec![5]);
+        assert_eq!((resumed.count("a"), resumed.count("b")), (2, 2));
     }
 
     #[test]
