@@ -39,9 +39,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let app = Application::build(settings, None, Hooks::default()).await?;
+        let app = Application::build(settings, None, fault_hooks()?).await?;
         log::info!("dprec listening on port {}", app.port());
         app.run_until_stopped().await?;
         Ok(())
+    })
+}
+
+/// Crash tests' pause point (test `a_killed_tick_reuses_its_node_noise`): with
+/// `DPREC_FAULT_PAUSE_BEFORE_COMMIT=SECS` every release logs `fault: paused before commit`
+/// and waits SECS seconds right before its ledger commit (a continual tick: after its node
+/// noise is stored), so that a test can kill -9 the process there. Unset: no hook.
+fn fault_hooks() -> anyhow::Result<Hooks> {
+    const VAR: &str = "DPREC_FAULT_PAUSE_BEFORE_COMMIT";
+    let Ok(v) = std::env::var(VAR) else {
+        return Ok(Hooks::default());
+    };
+    let secs: u64 = v
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{VAR}={v:?}: expected whole seconds"))?;
+    log::warn!("{VAR} is set: every release pauses {secs} s before its ledger commit");
+    Ok(Hooks {
+        before_commit: Some(std::sync::Arc::new(move || {
+            log::warn!("fault: paused before commit");
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            Ok(())
+        })),
+        ..Hooks::default()
     })
 }

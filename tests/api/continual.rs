@@ -369,3 +369,191 @@ async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
     app.stop().await;
 }
 both_backends!(steady_ticks_decide_what_a_whole_snapshot_decides);
+
+/// `dprec serve` as a child process on `url`, in the continual mode of
+/// [`continual_settings`], its log lines readable as they come.
+struct ServeProcess {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    base: String,
+}
+
+impl ServeProcess {
+    /// Starts the binary; `pause`: `DPREC_FAULT_PAUSE_BEFORE_COMMIT` seconds.
+    fn start(url: &str, pause: Option<u64>) -> Self {
+        use std::io::BufRead;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dprec"));
+        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "info,sqlx=warn")
+            .env("DPREC_SCHEDULER__ENABLED", "false")
+            // The same instance across restarts: the restarted process takes over the
+            // lease the killed one left (instead of waiting for it to expire).
+            .env("DPREC_SCHEDULER__INSTANCE_ID", "crash-test")
+            .env("DPREC_TRAINER__NAME", "dp-popularity")
+            .env("DPREC_RELEASE__MODE", "continual")
+            .env("DPREC_RELEASE__CONTINUAL_CAP", "4")
+            .env("DPREC_BUDGET__PLANNED_RELEASES", "4")
+            .env("DPREC_BUDGET__DEFAULT_USER_EPS", "10")
+            .env("DPREC_BUDGET__MAX_USER_EPS", "10")
+            .env("DPREC_BUDGET__DEFAULT_RATING_EPS", "10")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(secs) = pause {
+            cmd.env("DPREC_FAULT_PAUSE_BEFORE_COMMIT", secs.to_string());
+        }
+        let mut child = cmd.spawn().expect("start dprec serve");
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Self {
+            child,
+            lines,
+            base: String::new(),
+        };
+        let line = p.wait_for("listening on port");
+        let port = line.rsplit(' ').next().unwrap().trim().to_string();
+        p.base = format!("http://127.0.0.1:{port}");
+        p
+    }
+
+    /// The first log line from now on that contains `needle` (panics after 60 s).
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no log line with {needle:?}: {e}"),
+            }
+        }
+    }
+
+    /// Asks for a release; the job id.
+    async fn retrain(&self, client: &reqwest::Client, key: &str) -> i64 {
+        let r = client
+            .post(format!("{}/v1/admin/retrain", self.base))
+            .bearer_auth(key)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        r.json::<serde_json::Value>().await.unwrap()["id"]
+            .as_i64()
+            .unwrap()
+    }
+
+    /// Job `id` once it is not running.
+    async fn wait_job(&self, client: &reqwest::Client, key: &str, id: i64) -> serde_json::Value {
+        for _ in 0..3000 {
+            let j: serde_json::Value = client
+                .get(format!("{}/v1/admin/jobs/{id}", self.base))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if j["status"] != "running" {
+                return j;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("job {id} did not finish");
+    }
+
+    /// SIGKILL: no shutdown, no cleanup, no flush.
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+/// Node persistence across a real kill -9: `dprec serve` runs a tick that stores its
+/// node's noise and is SIGKILLed right before its ledger commit; the killed tick charged
+/// nobody; the restarted process (its noise from the OS, so any redraw would differ)
+/// publishes exactly the exact counts plus the noise the killed process stored.
+async fn a_killed_tick_reuses_its_node_noise(url: &str) {
+    let app = TestApp::spawn(
+        continual_settings(url),
+        popularity_trainer(),
+        Hooks::default(),
+    )
+    .await;
+    ingest_users(&app, 0, 20).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    ingest_users(&app, 20, 5).await;
+    app.stop().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dprec"))
+        .args(["keys", "create", "--role", "admin"])
+        .env("DATABASE_URL", url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let client = reqwest::Client::new();
+
+    let mut serve = ServeProcess::start(url, Some(600));
+    let killed = serve.retrain(&client, &key).await;
+    serve.wait_for("fault: paused before commit");
+    serve.kill9();
+
+    let store = dprec::store::Store::connect(url, 2).await.unwrap();
+    let s = store.latest_series().await.unwrap().unwrap();
+    assert_eq!(s.period, 1, "the killed tick was recorded");
+    let node = Node { level: 1, index: 0 };
+    let stored = store
+        .node_noise(s.id, node)
+        .await
+        .unwrap()
+        .expect("noise stored before the kill");
+    let u20 = store.user("u20").await.unwrap().unwrap();
+    assert_eq!(
+        u20.consumed,
+        dprec::accountant::RdpCurve::zeros_default(),
+        "the killed tick charged a joiner"
+    );
+
+    let serve = ServeProcess::start(url, None);
+    let job = serve.retrain(&client, &key).await;
+    assert_eq!(
+        serve.wait_job(&client, &key, job).await["status"],
+        "succeeded"
+    );
+    let was = serve.wait_job(&client, &key, killed).await;
+    assert_eq!(was["status"], "failed", "the killed run's job: {was}");
+    serve.kill9();
+    let now = store.node_noise(s.id, node).await.unwrap().unwrap();
+    assert_eq!(now, stored, "node {node:?} was redrawn");
+    let row = store.latest_model().await.unwrap().unwrap();
+    let pop: Popularity = serde_json::from_str(&row.popularity).unwrap();
+    let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
+    let state = store.series_state(s.id).await.unwrap();
+    assert!(state
+        .admitted
+        .iter()
+        .any(|(u, _, t)| &**u == "u20" && *t == 2));
+    for (k, item) in items.iter().enumerate() {
+        let exact = state
+            .admitted
+            .iter()
+            .filter(|(_, i, _)| &**i == item)
+            .count() as i64;
+        assert_eq!(pop.counts[k], exact + now[item], "item {item}");
+    }
+    assert_ne!(
+        store.user("u20").await.unwrap().unwrap().consumed,
+        dprec::accountant::RdpCurve::zeros_default()
+    );
+    store.close().await;
+}
+both_backends!(a_killed_tick_reuses_its_node_noise);
