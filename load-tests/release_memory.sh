@@ -4,7 +4,7 @@
 # job's own start and finish) and the serve process's peak RSS (VmHWM) before and after it.
 #
 #   load-tests/release_memory.sh prepare --bin PATH --store DIR [--pg DB] [--preset ml20m] [--ratings N]
-#   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB] [--releases N]
+#   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB] [--releases N] [--env K=V]...
 #
 # prepare  generates `dprec synth --preset P` (all its ratings, or N) and imports it through
 #          the API into a fresh store: SQLite DIR/dprec.sqlite, or with --pg the PostgreSQL
@@ -15,8 +15,9 @@
 #          starts `dprec serve` on it, runs one admin release and reports. The peak RSS is
 #          the service's; PostgreSQL's own processes are not counted. With --releases N
 #          the service is restarted for each of N releases on the same scratch store, so each
-#          release's peak RSS is its own (e.g. the ticks of a series with
-#          DPREC_RELEASE__MODE=continual in the environment).
+#          release's peak RSS is its own (e.g. the ticks of a continual series with
+#          --env DPREC_RELEASE__MODE=continual). DPREC_* variables of the caller's
+#          environment are not passed on; --env sets one for the service.
 # Compare two builds in one run: `release --bin A` then `release --bin B` on the same DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ preset=ml20m
 ratings=""
 pg=""
 releases=1
+service_env=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(realpath "$2"); shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
         --ratings) ratings=$2; shift 2 ;;
         --pg) pg=$2; shift 2 ;;
         --releases) releases=$2; shift 2 ;;
+        --env) service_env+=("$2"); shift 2 ;;
         *) echo "release_memory: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -47,6 +50,7 @@ store=$(realpath "$store")
 # shellcheck source=../scripts/lib/service.sh
 . "$root/scripts/lib/service.sh"
 scratch_setup
+for kv in "${service_env[@]}"; do export "${kv?}"; done
 export DPREC_SCHEDULER__ENABLED=false
 # The ML-20M presets rate in half stars from 0.5.
 export DPREC_RATINGS__MIN=0.5
