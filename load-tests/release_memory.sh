@@ -5,6 +5,7 @@
 #
 #   load-tests/release_memory.sh prepare --bin PATH --store DIR [--pg DB] [--preset ml20m] [--ratings N]
 #   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB] [--releases N] [--env K=V]...
+#                                        [--between CSV]
 #
 # prepare  generates `dprec synth --preset P` (all its ratings, or N) and imports it through
 #          the API into a fresh store: SQLite DIR/dprec.sqlite, or with --pg the PostgreSQL
@@ -17,7 +18,9 @@
 #          the service is restarted for each of N releases on the same scratch store, so each
 #          release's peak RSS is its own (e.g. the ticks of a continual series with
 #          --env DPREC_RELEASE__MODE=continual). DPREC_* variables of the caller's
-#          environment are not passed on; --env sets one for the service.
+#          environment are not passed on; --env sets one for the service. --between CSV
+#          imports CSV through the API before each release after the first (not timed in
+#          the release), e.g. a week of new ratings between two ticks.
 # Compare two builds in one run: `release --bin A` then `release --bin B` on the same DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,7 @@ ratings=""
 pg=""
 releases=1
 service_env=()
+between=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(realpath "$2"); shift 2 ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
         --pg) pg=$2; shift 2 ;;
         --releases) releases=$2; shift 2 ;;
         --env) service_env+=("$2"); shift 2 ;;
+        --between) between=$(realpath "$2"); shift 2 ;;
         *) echo "release_memory: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -109,6 +114,9 @@ case "$cmd" in
         echo "binary:   $bin"
         for k in $(seq 1 "$releases"); do
             start "$url"
+            if [ "$k" -gt 1 ] && [ -n "$between" ]; then
+                "$bin" import --url "$B" --api-key "$admin" "$between" 2>&1 | grep -E '^imported' | sed 's/^/between:  /'
+            fi
             before=$(hwm)
             t0=$(date +%s.%N)
             answer=$(curl -s -X POST "$B/v1/admin/retrain" -H "Authorization: Bearer $admin")

@@ -45,8 +45,8 @@ pub enum OfferRead<'a> {
     Arrived { after: i64, through: i64 },
     /// Earlier ratings (`id <= through`) of `users`, who join the series now.
     OfUsers { users: &'a [&'a str], through: i64 },
-    /// Earlier ratings (`id <= through`) updated at `since` or later (e.g. a pair deleted
-    /// and rated again).
+    /// Earlier ratings (`id <= through`) updated after their creation, at `since` or
+    /// later (e.g. a pair deleted and rated again).
     Updated { since: i64, through: i64 },
 }
 
@@ -177,7 +177,12 @@ impl Store {
             OfferRead::Updated { since, through } => {
                 // Few rows, found by the `updated_at` index; sorted here, since with an
                 // ORDER BY on the rating id a planner may walk the whole table in id order.
-                let sql = format!("{OFFER_COLUMNS} AND r.updated_at >= $1 AND r.id <= $2");
+                // Updated after creation only: a rating created at or below the mark
+                // was offered by the tick that set it, however recent its creation.
+                let sql = format!(
+                    "{OFFER_COLUMNS} AND r.updated_at >= $1 AND r.updated_at > r.created_at \
+                     AND r.id <= $2"
+                );
                 let mut rows: Vec<(i64, String, String, f64, f64, f64)> = Vec::new();
                 self.stream_offers(&sql, &[since, through], &[], &mut |r| {
                     rows.push((r.id, r.user.into(), r.item.into(), r.eps, r.spent, r.rho))

@@ -262,7 +262,8 @@ both_backends!(node_noise_survives_a_crash);
 /// tick's mark, the earlier ratings of joining users, updated ratings) and its state in
 /// aggregate form; it must decide exactly what [`plan_tick`] decides from a whole
 /// snapshot and the whole state. Checked tick by tick over two series with: users
-/// joining late, members below and at the cap rating more, a pair deleted before it was
+/// joining late, members below and at the cap rating more, a counted pair re-rated, a pair
+/// deleted before it was
 /// counted and rated again later (its rating id is old: only the read of updated ratings
 /// offers it), a counted pair deleted (it stays counted), unaffordable ratings, an item
 /// registered late, and a tick with nothing new.
@@ -292,6 +293,7 @@ async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
         vec![
             ("d", "i1", 5.0, None),
             ("u1", "i9", 4.0, None),
+            ("u1", "i0", 2.0, None), // a counted pair re-rated: offered again, not counted
             ("u5", "i11", 4.0, None),
             ("new", "i3", 4.0, None),
             ("new", "late", 4.0, None),
