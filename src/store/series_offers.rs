@@ -175,46 +175,61 @@ impl Store {
                     .await
             }
             OfferRead::Updated { since, through } => {
-                // Few rows, found by the `updated_at` index; sorted here, since with an
-                // ORDER BY on the rating id a planner may walk the whole table in id order.
                 // Updated after creation only: a rating created at or below the mark
                 // was offered by the tick that set it, however recent its creation.
                 let sql = format!(
                     "{OFFER_COLUMNS} AND r.updated_at >= $1 AND r.updated_at > r.created_at \
                      AND r.id <= $2"
                 );
-                let mut rows: Vec<(i64, String, String, f64, f64, f64)> = Vec::new();
-                self.stream_offers(&sql, &[since, through], &[], &mut |r| {
-                    rows.push((r.id, r.user.into(), r.item.into(), r.eps, r.spent, r.rho))
-                })
-                .await?;
-                rows.sort_by_key(|r| r.0);
-                for (id, user, item, eps, spent, rho) in &rows {
-                    offer(OfferedRating {
-                        id: *id,
-                        user,
-                        item,
-                        eps: *eps,
-                        spent: *spent,
-                        rho: *rho,
-                    });
-                }
-                Ok(())
+                self.offer_sorted(&sql, &[since, through], &[], &mut offer)
+                    .await
             }
             OfferRead::OfUsers { users, through } => {
                 // A user's ratings all fall in one chunk, so each user's come in id order.
                 for chunk in users.chunks(USERS_PER_READ) {
-                    let list =
-                        super::ratings::placeholders(chunk.len(), 1, |b| format!("${}", b + 1));
-                    let sql = format!(
-                        "{OFFER_COLUMNS} AND r.id <= $1 AND r.user_id IN ({list}) ORDER BY r.id"
-                    );
-                    self.stream_offers(&sql, &[through], chunk, &mut offer)
-                        .await?;
+                    let list = super::ratings::placeholders(chunk.len(), 1, |b| format!("${b}"));
+                    // The bound on the id is applied here: as a condition next to the
+                    // users' index, PostgreSQL scanned the id index over the whole range.
+                    let sql = format!("{OFFER_COLUMNS} AND r.user_id IN ({list})");
+                    self.offer_sorted(&sql, &[], chunk, &mut |r| {
+                        if r.id <= through {
+                            offer(r)
+                        }
+                    })
+                    .await?;
                 }
                 Ok(())
             }
         }
+    }
+
+    /// Offers the rows of `sql` in rating-id order, sorted here: these reads select few
+    /// rows through another index (`updated_at`, the users'), and with an ORDER BY on the
+    /// rating id a planner may walk the whole table in id order instead.
+    async fn offer_sorted(
+        &self,
+        sql: &str,
+        numbers: &[i64],
+        users: &[&str],
+        offer: &mut impl FnMut(OfferedRating<'_>),
+    ) -> Result<(), StoreError> {
+        let mut rows: Vec<(i64, String, String, f64, f64, f64)> = Vec::new();
+        self.stream_offers(sql, numbers, users, &mut |r| {
+            rows.push((r.id, r.user.into(), r.item.into(), r.eps, r.spent, r.rho))
+        })
+        .await?;
+        rows.sort_by_key(|r| r.0);
+        for (id, user, item, eps, spent, rho) in &rows {
+            offer(OfferedRating {
+                id: *id,
+                user,
+                item,
+                eps: *eps,
+                spent: *spent,
+                rho: *rho,
+            });
+        }
+        Ok(())
     }
 
     async fn stream_offers(
