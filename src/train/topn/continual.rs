@@ -157,17 +157,6 @@ pub fn estimate(exact: &[i64], node_noise: &[&HashMap<String, i64>], items: &[St
         .collect()
 }
 
-/// A rating a tick may admit (ratings in arrival order, i.e. rating id).
-#[derive(Debug, Clone)]
-pub struct Offer {
-    pub rating_id: i64,
-    pub user: Arc<str>,
-    pub item: Arc<str>,
-    /// The rating's remaining budget covers [`SeriesParams::rating_rho`] (its own eps_ij
-    /// and spend only).
-    pub affordable: bool,
-}
-
 /// The arrival-cap state of a series: the (user, item) pairs admitted so far and each
 /// member's count.
 #[derive(Debug, Clone, Default)]
@@ -206,26 +195,6 @@ impl Admissions {
     /// Items admitted for `user` so far.
     pub fn count(&self, user: &str) -> usize {
         self.per_user.get(user).copied().unwrap_or(0)
-    }
-
-    /// Admits, in the order given, the offers of `members` that are affordable, not yet
-    /// admitted (a re-rating adds nothing) and within the user's `cap`; returns them. A
-    /// rating that is not affordable takes no slot. Nothing is ever removed: a deleted
-    /// rating's pair stays admitted. (An iterator: a snapshot may hold tens of millions
-    /// of ratings.)
-    pub fn admit(
-        &mut self,
-        offers: impl IntoIterator<Item = Offer>,
-        members: &HashSet<Arc<str>>,
-        cap: usize,
-    ) -> Vec<Offer> {
-        let mut out = Vec::new();
-        for o in offers {
-            if o.affordable && members.contains(&o.user) && self.admit_one(&o.user, &o.item, cap) {
-                out.push(o);
-            }
-        }
-        out
     }
 
     /// Admits the pair `(user, item)` of a member's affordable rating unless the pair is
@@ -380,6 +349,37 @@ mod tests {
                     assert_eq!(node_retired(n, t), !needed, "t = {t}: {n:?}");
                 }
             }
+        }
+    }
+
+    /// A rating offered to the cap in a test (ratings in arrival order, i.e. rating id).
+    #[derive(Debug, Clone)]
+    struct Offer {
+        rating_id: i64,
+        user: Arc<str>,
+        item: Arc<str>,
+        /// The rating's own budget covers the series' rating charge.
+        affordable: bool,
+    }
+
+    impl Admissions {
+        /// What a tick does with each offer in order (`release::continual::TickAdmission`
+        /// in the service): members' affordable ratings go to [`Admissions::admit_one`];
+        /// returns those admitted.
+        fn admit(
+            &mut self,
+            offers: impl IntoIterator<Item = Offer>,
+            members: &HashSet<Arc<str>>,
+            cap: usize,
+        ) -> Vec<Offer> {
+            offers
+                .into_iter()
+                .filter(|o| {
+                    o.affordable
+                        && members.contains(&o.user)
+                        && self.admit_one(&o.user, &o.item, cap)
+                })
+                .collect()
         }
     }
 
