@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The ratings are read from the MovieLens-style CSV (`dprec synth`) for the in-process
-//! side and from `--table` (a `(user_id, item_id)` table holding the same CSV) for the
+//! side and from `--table` (a `(user_id, item_id, value)` table holding the same CSV) for the
 //! database side; with `--partitions PREFIX S` also from the S partitions `PREFIX0 ..`
 //! of a table hash-partitioned by user, one query per partition, run concurrently and
 //! merged. The candidates are the `k` items of largest exact count sum (a benchmark of
@@ -99,6 +99,8 @@ fn main() -> anyhow::Result<()> {
         cap: a.cap,
         count_clip: 4.0,
         gram_clip: 1.0,
+        liked_min: None,
+        unliked_weight: 1.0,
     };
     let key = SubsetKey::new([7; 32]);
     let t = Instant::now();
@@ -108,7 +110,15 @@ fn main() -> anyhow::Result<()> {
         users: &users,
         items: &items,
     });
-    let sample = sample_ratings(&data, &vec![f64::INFINITY; r.len()], 1.0, 1e-6, a.cap, &key)?;
+    let sample = sample_ratings(
+        &data,
+        &vec![f64::INFINITY; r.len()],
+        1.0,
+        1e-6,
+        a.cap,
+        None,
+        &key,
+    )?;
     let one = InProcess::one(&sample.rows, &key, items.len());
     println!(
         "in process: {} ratings, {} users, {} items; sparse views and capped rows {:.2} s",

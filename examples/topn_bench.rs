@@ -144,16 +144,21 @@ fn main() -> anyhow::Result<()> {
         .collect();
     // Non-private references: popularity always, EASE where its dense item-item solve
     // is affordable.
+    // DP popularity of the liked ratings only (`liked=top`, as dp-topn counts by default):
+    // a reference that shows how much of dp-topn's lead is which ratings it counts.
+    let mut liked_params = pop_params.clone();
+    liked_params.push("liked=top".into());
     let mut runs = vec![
-        ("dp-topn", params.clone()),
-        ("dp-popularity", pop_params),
-        ("popularity", Vec::new()),
+        ("dp-topn", "dp-topn", params.clone()),
+        ("dp-popularity", "dp-popularity", pop_params),
+        ("dp-pop-liked", "dp-popularity", liked_params),
+        ("popularity", "popularity", Vec::new()),
     ];
     if all_items <= 2_000 {
-        runs.push(("ease", Vec::new()));
+        runs.push(("ease", "ease", Vec::new()));
     }
-    for (name, tp) in runs {
-        let t = train::build(name, &Params::parse(&tp)?)?;
+    for (name, trainer, tp) in runs {
+        let t = train::build(trainer, &Params::parse(&tp)?)?;
         let start = Instant::now();
         let fitted = t.fit(
             &TrainData::new(&train_r, &m, data.scale),

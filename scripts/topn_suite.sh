@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The served ranker (dp-topn at the service's calibration) beside dp-popularity at the
 # same plan, over every data shape of the suite: NDCG@10 per shape (mean over seeds), the
-# ratio to DP popularity (mean and minimum over the seeds), the non-private popularity and
-# EASE (where affordable) for reference, and what the releases spent the rest of their
-# budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
+# ratio to DP popularity (mean and minimum over the seeds), DP popularity of the liked
+# ratings (`dp-popularity:liked=top`, the count rows dp-topn weighs), the non-private
+# popularity and EASE (where affordable) for reference, and what the releases spent the
+# rest of their budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
 # Release build first: nice -n 10 cargo build --release --bin dprec --example topn_bench
 # Usage: scripts/topn_suite.sh [--large] [--param key=value ...]
 #   --large    adds the ML-20M-size taste preset (138k users, 20M ratings; three seeds)
@@ -34,39 +35,42 @@ trap 'rm -f "$log"' EXIT
 
 # dprec eval prints the fold mean last; its NDCG@10 column.
 ndcg_eval() { nice -n 10 $B eval --data "$ML" --trainer "$1" --seed "$2" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
-row() { # shape, branches, popularity, ease, then "topn pop" pairs
+row() { # shape, branches, liked DP popularity, popularity, ease, then "topn pop" pairs
   python3 -c '
 import sys
-shape, branches, npop, ease = sys.argv[1:5]
+shape, branches, liked, npop, ease = sys.argv[1:6]
 mean = lambda xs: f"{sum(map(float, xs)) / len(xs):.4f}" if xs else "-"
-npop, ease = mean(npop.split()), mean(ease.split())
-v = [float(x) for x in sys.argv[5:]]
+liked, npop, ease = mean(liked.split()), mean(npop.split()), mean(ease.split())
+v = [float(x) for x in sys.argv[6:]]
 t, p = v[0::2], v[1::2]; r = [a / b for a, b in zip(t, p)]
-print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {sum(r)/len(r):.2f}x | {min(r):.2f}x | {npop} | {ease} | {branches} |")' "$@"
+print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {sum(r)/len(r):.2f}x | {min(r):.2f}x | {liked} | {npop} | {ease} | {branches} |")' "$@"
 }
-echo "| shape | dp-topn NDCG@10 (mean) | DP popularity (mean) | ratio (mean) | ratio (min) | popularity (non-private) | EASE (non-private) | rest spent on |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| shape | dp-topn NDCG@10 (mean) | DP popularity (mean) | ratio (mean) | ratio (min) | DP popularity, liked counts | popularity (non-private) | EASE (non-private) | rest spent on |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 v=()
 branches=""
+liked=""
 for s in 1 2 3; do
   v+=("$(ndcg_eval "$topn" $s)" "$(ndcg_eval dp-popularity $s)")
+  liked+="$(ndcg_eval dp-popularity:liked=top $s) "
 done
-row "ML-100K u1..u5 (mean of folds), seeds 1-3" "-" "$(ndcg_eval popularity 1)" "$(ndcg_eval ease 1)" "${v[@]}"
+row "ML-100K u1..u5 (mean of folds), seeds 1-3" "-" "$liked" "$(ndcg_eval popularity 1)" "$(ndcg_eval ease 1)" "${v[@]}"
 shapes=(ml100k ml100k-taste heavy-raters light-raters wide-catalogue small-store dense-raters ml1m-taste)
 [[ $large == 1 ]] && shapes+=(ml20m-taste)
 for shape in "${shapes[@]}"; do
   v=()
   branches=""
-  npop="" ease=""
+  npop="" ease="" liked=""
   for s in 42 1 7; do
     nice -n 10 $T --preset "$shape" --quality --seed "$s" --param eps_r=none \
       "${bench_params[@]}" --rank-users 3000 >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
     get() { grep -E "^$1 " "$log" | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}'; }
     v+=("$(get dp-topn)" "$(get dp-popularity)")
     npop+="$(get popularity) "
+    liked+="$(get dp-pop-liked) "
     ease+="$(get ease || true) "
     b=$(grep -o '^dp-topn: spent on [a-z-]*' "$log" | awk '{print $4}' || true)
     branches+="${b:-gram} "
   done
-  row "$shape, seeds 42 1 7" "${branches% }" "$npop" "$ease" "${v[@]}"
+  row "$shape, seeds 42 1 7" "${branches% }" "$liked" "$npop" "$ease" "${v[@]}"
 done

@@ -32,15 +32,16 @@ pub enum PgSource {
     /// The live ratings of live users (`value` set, origin `raw`, user not deleted): the
     /// training snapshot's rows.
     LiveRatings,
-    /// A table (or partition) with `user_id` and `item_id` text columns; its name is
-    /// checked to be a plain identifier (`[a-z_][a-z0-9_]*`).
+    /// A table (or partition) with `user_id` and `item_id` text columns and a `value`
+    /// (float8, not null); its name is checked to be a plain identifier
+    /// (`[a-z_][a-z0-9_]*`).
     Table(String),
 }
 
 impl PgSource {
     fn relation(&self) -> Result<String, TrainError> {
         match self {
-            PgSource::LiveRatings => Ok("(SELECT r.user_id, r.item_id FROM ratings r \
+            PgSource::LiveRatings => Ok("(SELECT r.user_id, r.item_id, r.value FROM ratings r \
                  JOIN users u ON u.id = r.user_id \
                  WHERE r.value IS NOT NULL AND u.deleted = 0 AND r.origin = 'raw')"
                 .into()),
@@ -63,7 +64,7 @@ impl PgSource {
     }
 }
 
-/// The capped rows as SQL: `kept(user_id, item_id, m)` with `m` the user's capped row
+/// The capped rows as SQL: `kept(user_id, item_id, value, m)` with `m` the user's capped row
 /// length. Users within the cap keep every rating without hashing; the others their
 /// `$2` ratings with the smallest digests `sha256($5 || sha256($1 || be32(len) || user ||
 /// item))`, i.e. HMAC-SHA256 with `$1`, `$5` the key's padded blocks
@@ -72,11 +73,11 @@ fn kept_sql(src: &str) -> String {
     format!(
         "n AS (SELECT user_id, count(*)::int8 AS n FROM {src} s GROUP BY user_id), \
          kept AS ( \
-           SELECT s.user_id, s.item_id, n.n AS m FROM {src} s JOIN n USING (user_id) \
+           SELECT s.user_id, s.item_id, s.value, n.n AS m FROM {src} s JOIN n USING (user_id) \
              WHERE n.n <= $2 \
            UNION ALL \
-           SELECT user_id, item_id, $2::int8 AS m FROM ( \
-             SELECT s.user_id, s.item_id, row_number() OVER ( \
+           SELECT user_id, item_id, value, $2::int8 AS m FROM ( \
+             SELECT s.user_id, s.item_id, s.value, row_number() OVER ( \
                PARTITION BY s.user_id ORDER BY sha256($5 || sha256($1 \
                  || int4send(octet_length(convert_to(s.user_id, 'UTF8'))) \
                  || convert_to(s.user_id, 'UTF8') || convert_to(s.item_id, 'UTF8')))) AS rk \
@@ -98,7 +99,10 @@ fn candidate_sql(src: &str) -> String {
     )
 }
 
-/// The count sums of a source: per item id, `sum_u floor(min(1, clip / sqrt(m_u)) 2^bits)`.
+/// The count sums of a source: per item id, the sum over its users of the weighted units
+/// of [`crate::train::topn::suffstats::weighted_count_units`] (`floor(s 2^bits)` for a
+/// liked rating, `floor(omega s 2^bits)` for one below `liked_min`, `s = min(1, clip /
+/// sqrt(liked + omega^2 unliked))`: the same float operations in the same order).
 pub async fn count_sums(
     pool: &AnyPool,
     src: &PgSource,
@@ -107,9 +111,15 @@ pub async fn count_sums(
     bits: u32,
 ) -> Result<Vec<(String, i64)>, sqlx::Error> {
     let sql = format!(
-        "WITH {} SELECT item_id, \
-           sum(floor(least(1.0::float8, $3::float8 / sqrt(m::float8)) * $4::float8)::int8)::int8 \
-         FROM kept GROUP BY item_id",
+        "WITH {}, \
+         ko AS (SELECT user_id, (count(*) FILTER (WHERE value < $6))::int8 AS o \
+           FROM kept GROUP BY user_id), \
+         ks AS (SELECT k.item_id, k.value < $6 AS below, least(1.0::float8, $3::float8 \
+           / sqrt((k.m - ko.o)::float8 + $7::float8 * $7::float8 * ko.o::float8)) AS s \
+           FROM kept k JOIN ko USING (user_id)) \
+         SELECT item_id, sum(CASE WHEN below THEN floor($7::float8 * s * $4::float8) \
+           ELSE floor(s * $4::float8) END)::int8 \
+         FROM ks GROUP BY item_id",
         kept_sql(
             &src.relation()
                 .map_err(|e| sqlx::Error::Protocol(e.to_string()))?
@@ -121,6 +131,8 @@ pub async fn count_sums(
         .bind(c.count_clip)
         .bind((1u64 << bits) as f64)
         .bind(key.pads().1.to_vec())
+        .bind(c.liked_min.unwrap_or(f64::NEG_INFINITY))
+        .bind(c.unliked_weight)
         .fetch_all(pool)
         .await?;
     rows.iter()

@@ -49,7 +49,8 @@ fn new_ratings() -> (Vec<String>, Vec<NewRating>) {
             out.push(NewRating {
                 user: user.clone(),
                 item: items[j].clone(),
-                value: 4.0,
+                // Every value of the scale: the count rows weigh those below 4 by 1/2.
+                value: (1 + (j + u) % 5) as f64,
                 eps: Some(1000.0),
                 ldp: None,
             });
@@ -90,6 +91,8 @@ const C: Contribution = Contribution {
     cap: 24,
     count_clip: 3.0,
     gram_clip: 1.5,
+    liked_min: Some(4.0),
+    unliked_weight: 0.5,
 };
 
 fn trainer() -> DpTopN {
@@ -200,6 +203,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
         1.0,
         1e-6,
         C.cap,
+        C.liked_min,
         &key,
     )
     .unwrap();
@@ -207,12 +211,23 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
         sample.rows.iter().filter(|r| r.len() == C.cap).count() > 100,
         "the cap binds"
     );
-    let one = InProcess::one(&sample.rows, &key, l.items.len());
+    assert!(
+        (sample.liked.iter().zip(&sample.rows))
+            .filter(|(&l, r)| (l as usize) < r.len())
+            .count()
+            > 100,
+        "ratings below the liked threshold"
+    );
+    let one = InProcess {
+        liked: &sample.liked,
+        ..InProcess::one(&sample.rows, &key, l.items.len())
+    };
     let cands: Vec<u32> = (0..l.items.len() as u32).step_by(3).collect();
     for shards in [2, 5] {
         let sharded = InProcess {
             shards,
             labels: &l.users,
+            liked: &sample.liked,
             ..InProcess::one(&sample.rows, &key, l.items.len())
         };
         assert_same_sums(&format!("{shards} shards"), &one, &sharded, &key, &cands);
@@ -231,6 +246,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     let sharded = InProcess {
         shards: 3,
         labels: &l.users,
+        liked: &sample.liked,
         ..InProcess::one(&sample.rows, &key, l.items.len())
     };
     assert_same_release("3 shards", &base, &release_with(Some(&sharded)), &clean);
@@ -240,7 +256,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     // PostgreSQL: the live ratings, and a hash-partitioned copy by user, one query per
     // partition (what a Citus worker runs on its shards), merged by the service.
     let pool = store.pool();
-    sqlx::query("CREATE TABLE rp (user_id TEXT NOT NULL, item_id TEXT NOT NULL) PARTITION BY HASH (user_id)")
+    sqlx::query("CREATE TABLE rp (user_id TEXT NOT NULL, item_id TEXT NOT NULL, value FLOAT8 NOT NULL) PARTITION BY HASH (user_id)")
         .execute(pool).await.unwrap();
     for p in 0..4 {
         sqlx::query(&format!(
@@ -250,10 +266,12 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
         .await
         .unwrap();
     }
-    sqlx::query("INSERT INTO rp SELECT user_id, item_id FROM ratings")
-        .execute(pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO rp SELECT user_id, item_id, value FROM ratings WHERE value IS NOT NULL",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
     let handle = tokio::runtime::Handle::current();
     let live = PgStats {
         pool,

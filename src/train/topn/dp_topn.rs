@@ -140,6 +140,61 @@ pub struct Contribution {
     pub count_clip: f64,
     /// L2 bound of a user's Gram row (over the candidates).
     pub gram_clip: f64,
+    /// Ratings with a value at or above this are the user's "liked" items ([`Liked`]);
+    /// `None`: every rating is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub liked_min: Option<f64>,
+    /// Weight of a rating below `liked_min` in the count row (in `[0, 1]`; liked ones
+    /// weigh 1) before the row is clipped to `count_clip`. The Gram rows are binary.
+    pub unliked_weight: f64,
+}
+
+/// Which ratings a release counts: the ratings a top-N list is for are the ones users
+/// like (held-out ratings at the top of the scale, DESIGN 6a), so by default a release
+/// counts only those. A public rule on the configured scale, never on the data.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "liked", content = "min")]
+pub enum Liked {
+    /// Every rating, whatever its value.
+    All,
+    /// Values at or above `min + share (max - min)` of the scale.
+    TopOfScale(f64),
+    /// Values at or above this.
+    AtLeast(f64),
+}
+
+impl Liked {
+    /// The default: the top quarter of the scale (4 and 5 on 1..5, 4 to 5 in half stars
+    /// on 0.5..5), the eval's relevance threshold (`eval::RankingConfig`).
+    pub const DEFAULT: Liked = Liked::TopOfScale(0.75);
+
+    /// `liked=all|top|<value>` (`top`: [`Liked::DEFAULT`]).
+    pub fn from_params(p: &Params, default: Liked) -> Result<Self, TrainError> {
+        Ok(match p.get_str("liked") {
+            None => default,
+            Some("all") => Liked::All,
+            Some("top") => Liked::DEFAULT,
+            Some(_) => Liked::AtLeast(p.f64("liked", 0.0)?),
+        })
+    }
+
+    /// The parameter's value (`liked=...`) that gives this rule.
+    pub fn param(&self) -> serde_json::Value {
+        match *self {
+            Liked::All => "all".into(),
+            Liked::TopOfScale(_) => "top".into(),
+            Liked::AtLeast(v) => v.into(),
+        }
+    }
+
+    /// The smallest value counted on `scale` (`None`: all).
+    pub fn min_value(&self, scale: crate::data::RatingScale) -> Option<f64> {
+        match *self {
+            Liked::All => None,
+            Liked::TopOfScale(share) => Some(scale.min + share * scale.width()),
+            Liked::AtLeast(v) => Some(v),
+        }
+    }
 }
 
 /// Rating-level (add/remove one rating) Gaussian multiplier of the count + Gram release
@@ -232,8 +287,13 @@ pub fn rsm_rate(budget: f64, z_r: f64, delta_r: f64) -> Result<(f64, f64), Train
 /// its RSM rate and charge.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    /// Per user: the kept, capped items.
+    /// Per user: the kept, capped items; the liked ones first (`liked`), then the others,
+    /// each part in item order.
     pub rows: Vec<Vec<u32>>,
+    /// Per user: how many of its row's items, at the front, are liked (rated at or above
+    /// the threshold); the rest weigh `unliked_weight` in the counts. Empty when every
+    /// kept rating is liked (the release counts every rating alike).
+    pub liked: Vec<u32>,
     /// Per rating position: the pure eps charged (RSM-sampled ratings; 0 otherwise).
     pub charges: Vec<f64>,
     /// Per rating position: the zCDP `rho` charged (ratings that take full part).
@@ -272,25 +332,37 @@ pub fn participation(
 /// RSM-sampled rating of rate `q` is kept when its digest's [`coin`] is `< q`, and a user
 /// over the cap keeps the `cap` kept ratings with the smallest digests (a uniformly random
 /// subset when the keyed hash is a random function; docs/privacy/dp-topn.md, "Cap").
+/// With `liked_min`, the kept ratings below it go to the back of their row
+/// ([`Sample::liked`]; the count rows weigh them less, [`Contribution::unliked_weight`]).
+/// The bit that marks a kept rating below the liked threshold inside [`sample_ratings`].
+const BELOW: u32 = 1 << 31;
+
 pub fn sample_ratings(
     data: &TrainData<'_>,
     budgets: &[f64],
     z_r: f64,
     delta_r: f64,
     cap: usize,
+    liked_min: Option<f64>,
     key: &SubsetKey,
 ) -> Result<Sample, TrainError> {
     let m = data.matrix;
+    let liked_min = liked_min.unwrap_or(f64::NEG_INFINITY);
     let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
     let mut charges = vec![0.0; data.ratings.len()];
     let mut rho = vec![0.0; data.ratings.len()];
     let mut offered_users = vec![false; m.n_users];
+    if m.n_items > BELOW as usize {
+        return Err(invalid("n_items", "at most 2^31 items"));
+    }
+    // A kept rating below the liked threshold is its item index with the `BELOW` bit set
+    // until the cap has run; then each row is split into liked and other items.
     let mut rows = vec![Vec::new(); m.n_users];
     for (u, row) in rows.iter_mut().enumerate() {
-        let (items, _) = m.by_user.row(u);
+        let (items, values) = m.by_user.row(u);
         let src = m.by_user.row_source(u);
         let user = user_label(data, u);
-        for (&j, &pos) in items.iter().zip(src) {
+        for ((&j, &pos), &v) in items.iter().zip(src).zip(values) {
             let b = budgets[pos as usize];
             if b.is_nan() || b <= 0.0 {
                 continue;
@@ -309,27 +381,38 @@ pub fn sample_ratings(
             charges[pos as usize] = eps;
             rho[pos as usize] = r;
             if q >= 1.0 || (q > 0.0 && coin(&key.digest(&user, &item_label(data, j))) < q) {
-                row.push(j);
+                row.push(if (v as f64) < liked_min { j | BELOW } else { j });
             }
         }
     }
     // The cap, per user in parallel (a user's digests are its own).
-    rows.par_iter_mut().enumerate().for_each(|(u, row)| {
-        if row.len() > cap {
-            let user = user_label(data, u);
-            let mut by_digest: Vec<([u8; 32], u32)> = row
-                .iter()
-                .map(|&j| (key.digest(&user, &item_label(data, j)), j))
-                .collect();
-            by_digest.sort_unstable();
-            by_digest.truncate(cap);
-            let mut kept: Vec<u32> = by_digest.into_iter().map(|(_, j)| j).collect();
-            kept.sort_unstable();
-            *row = kept;
-        }
-    });
+    let mut liked = vec![0u32; m.n_users];
+    rows.par_iter_mut()
+        .zip(&mut liked)
+        .enumerate()
+        .for_each(|(u, (row, n_liked))| {
+            if row.len() > cap {
+                let user = user_label(data, u);
+                let mut by_digest: Vec<([u8; 32], u32)> = row
+                    .iter()
+                    .map(|&j| (key.digest(&user, &item_label(data, j & !BELOW)), j))
+                    .collect();
+                by_digest.sort_unstable();
+                by_digest.truncate(cap);
+                *row = by_digest.into_iter().map(|(_, j)| j).collect();
+            }
+            // Liked items first, each part in item order (the flag sorts last).
+            row.sort_unstable();
+            *n_liked = row.partition_point(|&j| j & BELOW == 0) as u32;
+            row.iter_mut().for_each(|j| *j &= !BELOW);
+        });
+    if liked.iter().zip(&rows).all(|(&l, r)| l as usize == r.len()) {
+        // Every rating weighs 1: the plain count rows.
+        liked = Vec::new();
+    }
     Ok(Sample {
         rows,
+        liked,
         charges,
         rho,
         offered_users,
@@ -577,6 +660,47 @@ pub enum Solver {
     SvdAuto { max_d: usize },
     /// EASE closed form with ridge `lambda`.
     Ease { lambda: f64 },
+    /// EASE with its ridge in units of the Gram noise's spectral edge,
+    /// `lambda = edges * 2 sigma_g sqrt(K)` ([`noise_edge`]): the ridge that keeps the
+    /// noise's eigenvalues from dominating the inverse, a function of public values only.
+    EaseEdges { edges: f64 },
+}
+
+impl Solver {
+    /// The default ridge of [`Solver::EaseEdges`]: two noise edges (docs/EVALUATION.md,
+    /// "Liked counts and EASE on the DP Gram": chosen on the 5M-rating ML-20M-taste scale, reported on
+    /// every shape).
+    pub const DEFAULT_EDGES: f64 = 2.0;
+
+    /// `solver=ease|svd` with its keys (`lambda_edges`, `lambda`; `d`, `max_d`): EASE in
+    /// noise edges unless asked otherwise; `d` or `max_d` alone ask for the projection.
+    fn from_params(p: &Params) -> Result<Self, TrainError> {
+        // Read every solver key so any may be given (the unused ones are ignored).
+        let _ = (
+            p.get_str("d"),
+            p.get_str("lambda"),
+            p.get_str("max_d"),
+            p.get_str("lambda_edges"),
+        );
+        let svd_asked = p.get_str("d").is_some() || p.get_str("max_d").is_some();
+        Ok(
+            match (p.get_str("solver")).unwrap_or(if svd_asked { "svd" } else { "ease" }) {
+                "svd" if matches!(p.get_str("d"), None | Some("auto")) => Solver::SvdAuto {
+                    max_d: p.usize_in("max_d", 32, 1, 512)?,
+                },
+                "svd" => Solver::Svd {
+                    d: p.usize_in("d", 6, 1, 512)?,
+                },
+                "ease" if p.get_str("lambda").is_some() => Solver::Ease {
+                    lambda: p.positive("lambda", 100.0)?,
+                },
+                "ease" => Solver::EaseEdges {
+                    edges: p.positive("lambda_edges", Solver::DEFAULT_EDGES)?,
+                },
+                other => return Err(invalid("solver", format!("{other:?} is not svd or ease"))),
+            },
+        )
+    }
 }
 
 /// What a release spends the budget left after the counts on (issue 20).
@@ -665,6 +789,8 @@ pub struct DpTopN {
     /// service's lifetime plan needs more noise than this trainer's own `plan` (1 at the
     /// default plan: both are calibrated through the same Renyi filter).
     pub noise_factor: f64,
+    /// Which ratings a release counts.
+    pub liked: Liked,
 }
 
 impl Default for DpTopN {
@@ -677,14 +803,19 @@ impl Default for DpTopN {
                 cap: 256,
                 count_clip: 4.0,
                 gram_clip: 1.0,
+                liked_min: None,
+                unliked_weight: 0.5,
             },
             k: 200,
             threshold: 2.0,
-            solver: Solver::SvdAuto { max_d: 32 },
+            solver: Solver::EaseEdges {
+                edges: Solver::DEFAULT_EDGES,
+            },
             pop_weight: 0.0,
             delta_r: crate::ledger::RATING_DELTA,
             eps_r: served_eps_r(),
             noise_factor: 1.0,
+            liked: Liked::DEFAULT,
         }
     }
 }
@@ -705,20 +836,7 @@ pub struct GramRelease {
 impl DpTopN {
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = Self::default();
-        let solver = match p.get_str("solver").unwrap_or("svd") {
-            "svd" if matches!(p.get_str("d"), None | Some("auto")) => Solver::SvdAuto {
-                max_d: p.usize_in("max_d", 32, 1, 512)?,
-            },
-            "svd" => Solver::Svd {
-                d: p.usize_in("d", 6, 1, 512)?,
-            },
-            "ease" => Solver::Ease {
-                lambda: p.positive("lambda", 100.0)?,
-            },
-            other => return Err(invalid("solver", format!("{other:?} is not svd or ease"))),
-        };
-        // Read every solver key so any may be given (the unused ones are ignored).
-        let _ = (p.get_str("d"), p.get_str("lambda"), p.get_str("max_d"));
+        let solver = Solver::from_params(p)?;
         let eps_r = eps_r_param(p, d.eps_r)?;
         let split = Split::from_params(p)?;
         let t = Self {
@@ -733,6 +851,8 @@ impl DpTopN {
                 cap: p.usize_in("cap", d.contribution.cap, 1, 1 << 24)?,
                 count_clip: p.positive("count_clip", d.contribution.count_clip)?,
                 gram_clip: p.positive("gram_clip", d.contribution.gram_clip)?,
+                liked_min: None,
+                unliked_weight: p.non_negative("unliked_weight", d.contribution.unliked_weight)?,
             },
             k: p.usize_in("k", d.k, 1, 8192)?,
             threshold: p.non_negative("threshold", d.threshold)?,
@@ -744,10 +864,17 @@ impl DpTopN {
             // (never at the default plan); as a parameter it lets `eval` repeat such a
             // release (its params show the factor).
             noise_factor: p.positive("noise_factor", 1.0)?,
+            liked: Liked::from_params(p, d.liked)?,
         };
         p.reject_unknown("dp-topn")?;
         if t.noise_factor < 1.0 {
             return Err(invalid("noise_factor", "must be >= 1 (it only adds noise)"));
+        }
+        if t.contribution.unliked_weight > 1.0 {
+            return Err(invalid(
+                "unliked_weight",
+                "must be in [0, 1] (a rating weighs at most 1 in the count rows)",
+            ));
         }
         if t.count_share.is_nan() || t.count_share >= 1.0 {
             return Err(invalid("count_share", "must be in (0, 1)"));
@@ -851,7 +978,10 @@ impl DpTopN {
                 "a counts-only release spends it all",
             ));
         }
-        let c = self.contribution;
+        let c = Contribution {
+            liked_min: self.liked.min_value(data.scale),
+            ..self.contribution
+        };
         // Without the Gram step its term vanishes (z_g = inf).
         let z_r = self.rating_z(with_gram)?;
         // The subset key and the noise from two streams split off the release's generator
@@ -859,9 +989,12 @@ impl DpTopN {
         // finding 1: a new user must not shift the noise).
         let (mut sampling, mut noise) = (crate::rng::split(rng), crate::rng::split(rng));
         let key = SubsetKey::draw(&mut sampling);
-        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, &key)?;
+        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, c.liked_min, &key)?;
         let n_items = data.matrix.n_items;
-        let local = InProcess::one(&sample.rows, &key, n_items);
+        let local = InProcess {
+            liked: &sample.liked,
+            ..InProcess::one(&sample.rows, &key, n_items)
+        };
         let stats = Stats {
             source: source.unwrap_or(&local),
             key: &key,
@@ -1033,6 +1166,9 @@ impl DpTopN {
                 Solver::Ease { lambda } => ItemScorer::ItemItem {
                     b: ease_weights(&rel.gram, k, lambda)?,
                 },
+                Solver::EaseEdges { edges } => ItemScorer::ItemItem {
+                    b: ease_weights(&rel.gram, k, edges * noise_edge(rel.sigma_gram, k))?,
+                },
             }
         };
         let ranker = ItemRanker::new(
@@ -1175,15 +1311,20 @@ impl Trainer for DpTopN {
                 ]
             }
             Solver::Ease { lambda } => vec![("lambda", serde_json::json!(lambda))],
+            Solver::EaseEdges { edges } => vec![("lambda_edges", serde_json::json!(edges))],
         };
         let mut v = serde_json::json!({
             "eps": self.plan.eps_u, "delta": self.plan.delta_u, "releases": self.plan.releases,
             "count_share": self.count_share, "cap": self.contribution.cap,
             "count_clip": self.contribution.count_clip, "gram_clip": self.contribution.gram_clip,
             "k": self.k, "threshold": self.threshold,
-            "solver": match self.solver { Solver::Ease { .. } => "ease", _ => "svd" },
+            "solver": match self.solver {
+                Solver::Ease { .. } | Solver::EaseEdges { .. } => "ease",
+                _ => "svd",
+            },
             "pop_weight": self.pop_weight, "delta_r": self.delta_r,
             "eps_r": self.eps_r, "noise_factor": self.noise_factor,
+            "liked": self.liked.param(), "unliked_weight": self.contribution.unliked_weight,
         });
         for (key, val) in solver_keys {
             v[key] = val;
@@ -1304,8 +1445,12 @@ mod tests {
     }
 
     #[test]
-    fn d_defaults_to_auto_and_accepts_a_number() {
-        let auto = DpTopN::from_params(&Params::parse::<&str>(&[]).unwrap()).unwrap();
+    fn solver_defaults_to_ease_in_noise_edges_and_d_asks_for_svd() {
+        let default = DpTopN::from_params(&Params::parse::<&str>(&[]).unwrap()).unwrap();
+        assert_eq!(default.solver, Solver::EaseEdges { edges: 2.0 });
+        let fixed = DpTopN::from_params(&Params::parse(&["lambda=50"]).unwrap()).unwrap();
+        assert_eq!(fixed.solver, Solver::Ease { lambda: 50.0 });
+        let auto = DpTopN::from_params(&Params::parse(&["solver=svd"]).unwrap()).unwrap();
         assert_eq!(auto.solver, Solver::SvdAuto { max_d: 32 });
         let fixed = DpTopN::from_params(&Params::parse(&["d=6"]).unwrap()).unwrap();
         assert_eq!(fixed.solver, Solver::Svd { d: 6 });
@@ -1510,6 +1655,8 @@ mod tests {
                 cap: 256,
                 count_clip: cc,
                 gram_clip: gc,
+                liked_min: None,
+                unliked_weight: 1.0,
             };
             let (z_c, z_t, z_g) = (3.0, 20.0, 2.0);
             let both = adaptive_rating_multiplier(z_c, z_t, z_g, &c);
@@ -1585,6 +1732,26 @@ mod tests {
 
     /// Where many users share tastes (one release), the rule spends the rest on the Gram
     /// and the personal lists find held-out items that DP popularity misses.
+    /// Fills the scores of every item from a user's own (item, rating) pairs.
+    type Scorer<'a> = dyn Fn(&[(usize, f64)], &mut [f64]) + 'a;
+
+    /// How many users find their held-out item `held[u]` in the top 10 of `scores`, their
+    /// own items excluded.
+    fn held_out_hits(m: &Interactions, held: &[u32], scores: &Scorer) -> usize {
+        (0..m.n_users)
+            .filter(|&u| {
+                let own: Vec<(usize, f64)> = (m.by_user.row(u).0.iter())
+                    .map(|&j| (j as usize, 4.0))
+                    .collect();
+                let mut s = vec![0.0; m.n_items];
+                scores(&own, &mut s);
+                let mut excluded = vec![false; s.len()];
+                own.iter().for_each(|&(j, _)| excluded[j] = true);
+                crate::train::ranker::top_k(&s, &excluded, 10).contains(&(held[u] as usize))
+            })
+            .count()
+    }
+
     #[test]
     fn adaptive_split_picks_the_gram_on_signal() {
         let mut g = crate::rng::seeded(5);
@@ -1613,26 +1780,7 @@ mod tests {
         let pop_rel = pop
             .release_counts_only(&data, &mut crate::rng::seeded(1))
             .unwrap();
-        /// Fills the scores of every item from a user's own (item, rating) pairs.
-        type Scorer<'a> = dyn Fn(&[(usize, f64)], &mut [f64]) + 'a;
-        let hits = |scores: &Scorer| {
-            (0..n_users as usize)
-                .filter(|&u| {
-                    let own: Vec<(usize, f64)> = m
-                        .by_user
-                        .row(u)
-                        .0
-                        .iter()
-                        .map(|&j| (j as usize, 4.0))
-                        .collect();
-                    let mut s = vec![0.0; 2 * half as usize];
-                    scores(&own, &mut s);
-                    let mut excluded = vec![false; s.len()];
-                    own.iter().for_each(|&(j, _)| excluded[j] = true);
-                    crate::train::ranker::top_k(&s, &excluded, 10).contains(&(held[u] as usize))
-                })
-                .count()
-        };
+        let hits = |scores: &Scorer| held_out_hits(&m, &held, scores);
         use crate::train::ranker::Ranker;
         let personal = hits(&|own, out| ranker.score_items(None, own, out));
         let popular = hits(&|_, out| out.copy_from_slice(&pop_rel.noisy_counts));
@@ -1710,6 +1858,154 @@ mod tests {
     /// no floored row is longer than `clip`, and adding or removing one rating (a row of
     /// `n` versus `n - 1` items, every `n` up to the cap) or swapping one (cap binding)
     /// moves the floored row by at most `sqrt 2` in L2.
+    /// The weighted count rows (liked ratings 1, the others `omega`, clipped, floored to
+    /// the grid) keep the user bound `count_clip` and move by at most `sqrt 2` when one
+    /// rating is added (liked or not) or when the cap swaps one rating for another (of
+    /// either kind): the bounds `count_rating_sensitivity` charges. Exhaustive over the
+    /// row shapes up to the cap; fails when the norm leaves the unliked ratings out
+    /// (checked by hand).
+    #[test]
+    fn weighted_rows_keep_the_user_and_rating_bounds() {
+        use crate::train::topn::suffstats::weighted_count_units;
+        for omega in [0.0, 0.25, 0.5, 1.0] {
+            for clip in [1.0, 4.0] {
+                let cap = 64usize;
+                let bits = count_grid_bits(1.0, cap).unwrap();
+                let unit = (1i64 << bits) as f64;
+                let w = |l: usize, o: usize| {
+                    let (a, b) = weighted_count_units(l, o, clip, omega, bits);
+                    (a as f64 / unit, b as f64 / unit)
+                };
+                // Squared L2 distance of rows (l, o) and (l2, o2) that share `cl` liked
+                // and `co` unliked items (the rest of each row is its own).
+                let d2 =
+                    |(l, o): (usize, usize), (l2, o2): (usize, usize), cl: usize, co: usize| {
+                        let ((a, b), (a2, b2)) = (w(l, o), w(l2, o2));
+                        cl as f64 * (a - a2).powi(2)
+                            + co as f64 * (b - b2).powi(2)
+                            + (l - cl) as f64 * a * a
+                            + (o - co) as f64 * b * b
+                            + (l2 - cl) as f64 * a2 * a2
+                            + (o2 - co) as f64 * b2 * b2
+                    };
+                for l in 0..=cap {
+                    for o in 0..=cap - l {
+                        let (a, b) = w(l, o);
+                        let norm2 = l as f64 * a * a + o as f64 * b * b;
+                        assert!(norm2 <= clip * clip + 1e-9, "{omega} {clip} {l} {o}");
+                        assert!(b <= a + 1e-12 && a <= 1.0);
+                        let tag = format!("omega {omega} clip {clip} l {l} o {o}");
+                        if l + o < cap {
+                            assert!(d2((l, o), (l + 1, o), l, o) <= 2.0, "add liked, {tag}");
+                            assert!(d2((l, o), (l, o + 1), l, o) <= 2.0, "add other, {tag}");
+                        }
+                        // The cap swaps one kept rating for one that was left out.
+                        if l >= 1 {
+                            assert!(d2((l, o), (l, o), l - 1, o) <= 2.0, "swap liked, {tag}");
+                            assert!(d2((l, o), (l - 1, o + 1), l - 1, o) <= 2.0, "{tag}");
+                        }
+                        if o >= 1 {
+                            assert!(d2((l, o), (l + 1, o - 1), l, o - 1) <= 2.0, "{tag}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A release puts the kept ratings below the liked threshold at the back of their row,
+    /// after the cap (the cap draws from all of a user's ratings alike), and marks none
+    /// when every rating counts alike.
+    #[test]
+    fn unliked_are_the_kept_ratings_below_the_threshold() {
+        let mut r = Ratings::with_dims(2, 40);
+        for j in 0..40u32 {
+            r.push(0, j, if j % 3 == 0 { 2.0 } else { 5.0 });
+        }
+        r.push(1, 7, 3.0);
+        r.push(1, 8, 4.0);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let key = SubsetKey::new([9; 32]);
+        let inf = vec![f64::INFINITY; r.len()];
+        let s = sample_ratings(&data, &inf, 1.0, 1e-6, 10, Some(4.0), &key).unwrap();
+        let all = sample_ratings(&data, &inf, 1.0, 1e-6, 10, None, &key).unwrap();
+        assert!(all.liked.is_empty());
+        let mut kept = all.rows[0].clone();
+        kept.sort_unstable();
+        assert_eq!(kept.len(), 10);
+        let (mut good, mut bad): (Vec<u32>, Vec<u32>) = kept.iter().partition(|&&j| j % 3 != 0);
+        assert!(
+            !bad.is_empty() && !good.is_empty(),
+            "both kinds kept: {kept:?}"
+        );
+        assert_eq!(s.liked[0] as usize, good.len());
+        good.append(&mut bad);
+        assert_eq!(s.rows[0], good, "the same capped items, liked first");
+        assert_eq!((s.rows[1].clone(), s.liked[1]), (vec![8, 7], 1));
+        assert_eq!(
+            Liked::DEFAULT.min_value(RatingScale::ONE_TO_FIVE),
+            Some(4.0)
+        );
+        let half = RatingScale::new(0.5, 5.0, 0.5).unwrap();
+        assert_eq!(Liked::DEFAULT.min_value(half), Some(3.875));
+    }
+
+    /// Where items differ in how often they are liked, the served counts (liked ratings
+    /// weigh 1, others 1/2) find held-out liked items more often than DP popularity of all
+    /// ratings at the same plan: 2,000 users rate 20 of 200 items uniformly, the even
+    /// items are liked (5) and the odd ones not (2), so popularity is flat and only the
+    /// weights tell the items apart. The service's default plan (52 releases in eps 10).
+    #[test]
+    fn liked_counts_beat_dp_popularity_where_items_differ() {
+        let mut g = crate::rng::seeded(11);
+        let (n_users, n_items) = (2_000u32, 200u32);
+        let mut train = Ratings::with_dims(n_users as usize, n_items as usize);
+        let mut held = Vec::new();
+        for u in 0..n_users {
+            let mut items: Vec<u32> = (0..n_items).collect();
+            items.shuffle(&mut g);
+            for &j in &items[..20] {
+                train.push(u, j, if j % 2 == 0 { 5.0 } else { 2.0 });
+            }
+            held.push(*items[20..].iter().find(|&&j| j % 2 == 0).unwrap());
+        }
+        let m = Interactions::new(&train);
+        let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
+        let hits = |t: &dyn crate::train::Trainer, seed: u64| {
+            let f = t.fit(&data, &mut crate::rng::seeded(seed)).unwrap();
+            let ranker = f.ranker.unwrap();
+            held_out_hits(&m, &held, &|own, out| ranker.score_items(None, own, out))
+        };
+        let served = trainer(&[]);
+        let pop = crate::train::topn::references::DpPopularity::from_params(
+            &Params::parse(&["eps_r=none"]).unwrap(),
+        )
+        .unwrap();
+        // A list that cannot tell the items apart (DP popularity of flat counts) holds
+        // the held-out item with chance 10 / 180: 111 hits in expectation, with a large
+        // spread (its 10 items are one draw for every user). The served list holds about
+        // 10 of the 90 unseen liked items: about 222 hits (binomial sd 14).
+        let blind = n_users as f64 * 10.0 / 180.0;
+        for seed in 0..3 {
+            let (a, b) = (hits(&served, seed), hits(&pop, seed));
+            assert!(a as f64 > 1.6 * blind && a > b, "seed {seed}: {a} vs {b}");
+        }
+    }
+
+    /// The default EASE ridge is two noise edges of the released Gram's noise.
+    #[test]
+    fn ease_ridge_is_counted_in_noise_edges() {
+        let rel = two_direction_release(3.0);
+        let t = DpTopN::default();
+        let ItemScorer::ItemItem { b } = t.solve(&rel, 6).unwrap().scorer else {
+            panic!("EASE gives an item-item matrix")
+        };
+        let lambda = Solver::DEFAULT_EDGES * noise_edge(3.0, 6);
+        assert_eq!(b, ease_weights(&rel.gram, 6, lambda).unwrap());
+        assert_ne!(b, ease_weights(&rel.gram, 6, 1.1 * lambda).unwrap());
+    }
+
     #[test]
     fn floored_rows_keep_the_user_and_rating_bounds() {
         for clip in [0.3, 1.0, 4.0, 17.5] {
@@ -1804,6 +2100,7 @@ mod tests {
             1.0,
             1e-6,
             cap,
+            None,
             &SubsetKey::new([4; 32]),
         )
         .unwrap();
@@ -1927,6 +2224,8 @@ mod tests {
             cap: 10,
             count_clip: 8.0,
             gram_clip: 1.0,
+            liked_min: None,
+            unliked_weight: 1.0,
         };
         // counts: z_c * 8 / sqrt2; gram: z_g * 1 / sqrt2.
         let (zc, zg) = (3.0f64, 1.0f64);
@@ -1936,6 +2235,8 @@ mod tests {
             cap: 10,
             count_clip: 0.5,
             gram_clip: 4.0,
+            liked_min: None,
+            unliked_weight: 1.0,
         };
         // counts: min(sqrt2, 1) = 1 -> z_c * 0.5; gram: min(16 sqrt2, 8 sqrt2) -> z_g * 16 / (8 sqrt2).
         let want = 1.0

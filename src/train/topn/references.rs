@@ -89,7 +89,8 @@ pub struct DpPopularity {
 
 impl DpPopularity {
     /// Parameters: `eps`, `delta`, `releases` (the plan; default the service's, as for
-    /// `dp-topn`: 52 releases in eps_u 10, delta_u 1e-6), `cap`, `count_clip`,
+    /// `dp-topn`: 52 releases in eps_u 10, delta_u 1e-6), `cap`, `count_clip`, `liked`
+    /// (default `all`: every rating counts 1) and `unliked_weight` (with `liked=top`),
     /// `threshold`, `delta_r`, `eps_r` (default the served first-release share, `none`:
     /// full part), `noise_factor`.
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
@@ -107,8 +108,11 @@ impl DpPopularity {
             contribution: Contribution {
                 cap: p.usize_in("cap", d.contribution.cap, 1, 1 << 24)?,
                 count_clip: p.positive("count_clip", d.contribution.count_clip)?,
+                unliked_weight: p.non_negative("unliked_weight", d.contribution.unliked_weight)?,
                 ..d.contribution
             },
+            // The plain reference counts every rating (`liked=top`: the liked ones only).
+            liked: dp_topn::Liked::from_params(p, dp_topn::Liked::All)?,
             threshold: p.non_negative("threshold", 0.0)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
@@ -144,7 +148,8 @@ impl Trainer for DpPopularity {
             "eps": t.plan.eps_u, "delta": t.plan.delta_u, "releases": t.plan.releases,
             "cap": t.contribution.cap, "count_clip": t.contribution.count_clip,
             "threshold": t.threshold, "delta_r": t.delta_r, "eps_r": t.eps_r,
-            "noise_factor": t.noise_factor,
+            "noise_factor": t.noise_factor, "liked": t.liked.param(),
+            "unliked_weight": t.contribution.unliked_weight,
         })
     }
     fn guarantee(&self) -> Guarantee {

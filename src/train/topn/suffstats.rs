@@ -119,6 +119,23 @@ pub fn count_units(m: usize, clip: f64, bits: u32) -> i64 {
     (w * (1i64 << bits) as f64).floor() as i64
 }
 
+/// A user's count weights in grid units when its `unliked` ratings weigh `omega` and the
+/// `liked` ones 1 before the row is clipped to L2 norm `clip`: `(floor(s 2^bits),
+/// floor(omega s 2^bits))` with `s = min(1, clip / sqrt(liked + omega^2 unliked))`, the
+/// same float operations as the SQL of `store::suffstats_pg`. With no unliked rating (or
+/// `omega = 1`) the first is [`count_units`] exactly.
+pub fn weighted_count_units(
+    liked: usize,
+    unliked: usize,
+    clip: f64,
+    omega: f64,
+    bits: u32,
+) -> (i64, i64) {
+    let s = (clip / ((liked as f64) + omega * omega * (unliked as f64)).sqrt()).min(1.0);
+    let unit = (1i64 << bits) as f64;
+    ((s * unit).floor() as i64, (omega * s * unit).floor() as i64)
+}
+
 /// A user's Gram weight `w^2`, `w = min(1, clip / sqrt(m))` for `m` candidate items (the
 /// same float operations as the SQL of `store::suffstats_pg`).
 pub fn gram_weight(m: usize, clip: f64) -> f64 {
@@ -154,6 +171,34 @@ impl CountSums {
             for &j in row {
                 s.units[j as usize] += units;
             }
+        }
+        s
+    }
+
+    /// [`CountSums::of_rows`] with the items after the first `liked[u]` of row `u`
+    /// weighing `omega` ([`weighted_count_units`]; `liked` empty: every item weighs 1).
+    pub fn of_weighted_rows<R: AsRef<[u32]>>(
+        rows: &[R],
+        liked: &[u32],
+        n_items: usize,
+        clip: f64,
+        omega: f64,
+        bits: u32,
+    ) -> Self {
+        if liked.is_empty() {
+            return Self::of_rows(rows, n_items, clip, bits);
+        }
+        assert_eq!(rows.len(), liked.len(), "one liked count per row");
+        let mut s = Self::zeros(n_items, bits);
+        for (row, &l) in rows.iter().zip(liked) {
+            let row = row.as_ref();
+            let l = l as usize;
+            if row.is_empty() {
+                continue;
+            }
+            let (a, b) = weighted_count_units(l, row.len() - l, clip, omega, bits);
+            row[..l].iter().for_each(|&j| s.units[j as usize] += a);
+            row[l..].iter().for_each(|&j| s.units[j as usize] += b);
         }
         s
     }
@@ -333,6 +378,10 @@ fn same_key(rows: &SubsetKey, asked: &SubsetKey) -> Result<(), TrainError> {
 /// it (test `shard_sums_merge_to_the_one_shot_sums`).
 pub struct InProcess<'a> {
     pub rows: &'a [Vec<u32>],
+    /// Per row, how many of its items, at the front, are liked; the rest weigh
+    /// `unliked_weight` in the counts (aligned with `rows`; empty: every item weighs 1).
+    /// The Gram ignores it.
+    pub liked: &'a [u32],
     pub key: &'a SubsetKey,
     pub n_items: usize,
     pub shards: u32,
@@ -344,6 +393,7 @@ impl<'a> InProcess<'a> {
     pub fn one(rows: &'a [Vec<u32>], key: &'a SubsetKey, n_items: usize) -> Self {
         Self {
             rows,
+            liked: &[],
             key,
             n_items,
             shards: 1,
@@ -359,6 +409,26 @@ impl<'a> InProcess<'a> {
             .map(|s| shard_rows(self.rows, self.labels, s, self.shards))
             .collect()
     }
+
+    /// The liked counts of [`Self::parts`]' rows, part by part (empty parts when every
+    /// item weighs 1).
+    fn liked_parts(&self) -> Vec<Vec<u32>> {
+        let n = self.shards.max(1) as usize;
+        if self.liked.is_empty() {
+            return vec![Vec::new(); n];
+        }
+        if n == 1 {
+            return vec![self.liked.to_vec()];
+        }
+        (0..self.shards)
+            .map(|s| {
+                (self.liked.iter().zip(self.labels))
+                    .filter(|(_, l)| shard_of(l, self.shards) == s)
+                    .map(|(&k, _)| k)
+                    .collect()
+            })
+            .collect()
+    }
 }
 
 impl StatsSource for InProcess<'_> {
@@ -370,8 +440,16 @@ impl StatsSource for InProcess<'_> {
     ) -> Result<CountSums, TrainError> {
         same_key(self.key, key)?;
         let zero = CountSums::zeros(self.n_items, bits);
-        Ok(self.parts().iter().fold(zero, |a, p| {
-            a.merge(&CountSums::of_rows(p, self.n_items, c.count_clip, bits))
+        let liked = self.liked_parts();
+        Ok(self.parts().iter().zip(&liked).fold(zero, |a, (p, l)| {
+            a.merge(&CountSums::of_weighted_rows(
+                p,
+                l,
+                self.n_items,
+                c.count_clip,
+                c.unliked_weight,
+                bits,
+            ))
         }))
     }
 
@@ -430,9 +508,17 @@ mod tests {
     fn rows_with(r: &Ratings, key: &SubsetKey, cap: usize) -> Vec<Vec<u32>> {
         let m = Interactions::new(r);
         let data = TrainData::new(r, &m, RatingScale::ONE_TO_FIVE);
-        sample_ratings(&data, &vec![f64::INFINITY; r.len()], 1.0, 1e-6, cap, key)
-            .unwrap()
-            .rows
+        sample_ratings(
+            &data,
+            &vec![f64::INFINITY; r.len()],
+            1.0,
+            1e-6,
+            cap,
+            None,
+            key,
+        )
+        .unwrap()
+        .rows
     }
 
     /// Over 3,000 keys a user's 3 of 10 ratings are a uniform subset: each item is kept
@@ -522,6 +608,8 @@ mod tests {
             cap: 16,
             count_clip: 3.0,
             gram_clip: 1.5,
+            liked_min: None,
+            unliked_weight: 1.0,
         };
         let rows = rows_with(&r, &key, c.cap);
         let labels: Vec<String> = (0..rows.len()).map(|u| u.to_string()).collect();
