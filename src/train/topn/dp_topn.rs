@@ -1278,19 +1278,25 @@ pub fn ease_weights(g: &[f64], k: usize, lambda: f64) -> Result<Vec<f64>, TrainE
 
 /// The published arrays as a [`FactorModel`] (no users): item factors = the projection
 /// rows on candidates (zero elsewhere), item bias = DP count.
-fn item_side_model(r: &ItemRanker, data: &TrainData<'_>) -> FactorModel {
-    let d = match &r.scorer {
-        ItemScorer::Projection { d, .. } => *d,
-        _ => 0,
+fn item_side_model(r: &ItemRanker, rel: &GramRelease, data: &TrainData<'_>) -> FactorModel {
+    // The published DP item profiles are the Gram's top eigenvectors whatever the list's
+    // solver (post-processing of the same release): the ranker's own when it projects,
+    // else `d=auto`'s, so an EASE release still publishes factors.
+    let projected = match &r.scorer {
+        ItemScorer::Projection { .. } => r.scorer.clone(),
+        _ if !rel.gram.is_empty() => projection(rel, rel.candidates.len(), 32, true),
+        _ => ItemScorer::Popularity,
+    };
+    let (d, factors) = match &projected {
+        ItemScorer::Projection { d, factors } => (*d, factors.as_slice()),
+        _ => (0, &[][..]),
     };
     let mid = (data.scale.min + data.scale.max) / 2.0;
     let mut m = FactorModel::zeros(0, r.n_items, d, mid, data.scale);
     for (a, &j) in r.candidates.iter().enumerate() {
         m.item_bias[j as usize] = r.popularity[a];
-        if let ItemScorer::Projection { factors, .. } = &r.scorer {
-            for c in 0..d {
-                m.item_factors[[j as usize, c]] = factors[a * d + c];
-            }
+        for c in 0..d {
+            m.item_factors[[j as usize, c]] = factors[a * d + c];
         }
     }
     m
@@ -1379,7 +1385,7 @@ impl Trainer for DpTopN {
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let rel = self.release(data, rng)?;
         let ranker = self.solve(&rel, data.matrix.n_items)?;
-        let model = item_side_model(&ranker, data);
+        let model = item_side_model(&ranker, &rel, data);
         Ok(Fitted {
             model,
             charges: rel.charges,
@@ -1991,6 +1997,28 @@ mod tests {
             let (a, b) = (hits(&served, seed), hits(&pop, seed));
             assert!(a as f64 > 1.6 * blind && a > b, "seed {seed}: {a} vs {b}");
         }
+    }
+
+    /// An EASE release still publishes DP item profiles: the Gram's top eigenvectors on
+    /// the candidates (post-processing of the same release), the DP counts as biases.
+    #[test]
+    fn an_ease_release_publishes_factor_profiles() {
+        let r = synthetic(600, 60, 12);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["eps=8", "releases=1", "split=gram"]);
+        let f = t.fit(&data, &mut crate::rng::seeded(3)).unwrap();
+        match f.ranker.as_ref().and_then(|r| r.stored()) {
+            Some(crate::train::StoredRanker::Item { model }) => {
+                assert!(matches!(model.scorer, ItemScorer::ItemItem { .. }))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(f.model.rank() >= 1, "factors published");
+        let nonzero = (0..60)
+            .filter(|&j| f.model.item_factors.row(j).iter().any(|x| *x != 0.0))
+            .count();
+        assert!(nonzero > 0 && f.model.item_bias.iter().any(|b| *b > 0.0));
     }
 
     /// The default EASE ridge is two noise edges of the released Gram's noise.
