@@ -149,11 +149,11 @@ pub struct Contribution {
     pub unliked_weight: f64,
 }
 
-/// Which ratings a release counts: the ratings a top-N list is for are the ones users
-/// like (held-out ratings at the top of the scale, DESIGN 6a), so by default a release
-/// counts only those. A public rule on the configured scale, never on the data.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "liked", content = "min")]
+/// Which ratings are a user's liked ones: a top-N list is for items users will like
+/// (held-out ratings at the top of the scale, DESIGN 6a), so by default a release's count
+/// rows weigh the liked ratings 1 and the others less ([`Contribution::unliked_weight`]).
+/// A public rule on the configured scale, never on the data.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Liked {
     /// Every rating, whatever its value.
     All,
@@ -326,6 +326,9 @@ pub fn participation(
     Ok((q, eps, 0.0))
 }
 
+/// The bit that marks a kept rating below the liked threshold inside [`sample_ratings`].
+const BELOW: u32 = 1 << 31;
+
 /// Participation by the ratings' budgets ([`participation`]), then the per-user cap.
 /// Both draws come from the release's secret subset key ([`SubsetKey`], not from a
 /// generator's stream), so that any shard, or a database, computes the same rows: an
@@ -334,9 +337,6 @@ pub fn participation(
 /// subset when the keyed hash is a random function; docs/privacy/dp-topn.md, "Cap").
 /// With `liked_min`, the kept ratings below it go to the back of their row
 /// ([`Sample::liked`]; the count rows weigh them less, [`Contribution::unliked_weight`]).
-/// The bit that marks a kept rating below the liked threshold inside [`sample_ratings`].
-const BELOW: u32 = 1 << 31;
-
 pub fn sample_ratings(
     data: &TrainData<'_>,
     budgets: &[f64],
@@ -668,8 +668,8 @@ pub enum Solver {
 
 impl Solver {
     /// The default ridge of [`Solver::EaseEdges`]: two noise edges (docs/EVALUATION.md,
-    /// "Liked counts and EASE on the DP Gram": chosen on the 5M-rating ML-20M-taste scale, reported on
-    /// every shape).
+    /// "Liked counts and EASE on the DP Gram": chosen on the 5M-rating ML-20M-taste
+    /// scale, reported on every shape).
     pub const DEFAULT_EDGES: f64 = 2.0;
 
     /// `solver=ease|svd` with its keys (`lambda_edges`, `lambda`; `d`, `max_d`): EASE in
