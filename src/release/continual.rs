@@ -241,7 +241,7 @@ impl Retrainer {
         // The node needs noise for every item this tick can count. A noise stored by a
         // crashed earlier attempt may predate items registered since: they get fresh
         // noise added to the stored node (its existing entries never change).
-        let stored = self.store.node_noise(series.id, node).await?;
+        let stored = self.lane_writes.node_noise(series.id, node).await?;
         let missing: Vec<&String> = items
             .iter()
             .filter(|i| stored.as_ref().is_none_or(|n| !n.contains_key(*i)))
@@ -250,7 +250,9 @@ impl Retrainer {
             let fresh =
                 draw_node_noise(&p, missing.len(), &mut rng).map_err(ReleaseError::Trainer)?;
             let fresh: HashMap<String, i64> = missing.into_iter().cloned().zip(fresh).collect();
-            self.store.add_node_noise(series.id, node, &fresh).await?;
+            self.lane_writes
+                .add_node_noise(series.id, node, &fresh)
+                .await?;
         }
         clock.mark("node noise");
         if let Some(h) = &self.hooks.before_commit {
@@ -259,7 +261,7 @@ impl Retrainer {
         let mut noises = Vec::new();
         for node in crate::privacy::tree::decomposition(t) {
             let n = self
-                .store
+                .lane_writes
                 .node_noise(series.id, node)
                 .await?
                 .ok_or_else(|| {
@@ -275,9 +277,12 @@ impl Retrainer {
         let rec = self.tick_record(&series, t, &plan, &items, &counts, job_id, started_at)?;
         let published = self.tick_published(&rec, items, counts)?;
         clock.mark("estimate, record");
-        let id = commit_release(&self.store, &rec, self.hooks.inside_commit.as_deref()).await?;
+        let id =
+            commit_release(&self.lane_writes, &rec, self.hooks.inside_commit.as_deref()).await?;
         clock.mark("commit");
-        self.store.advance_series(series.id, &plan.tick).await?;
+        self.lane_writes
+            .advance_series(series.id, &plan.tick)
+            .await?;
         clock.mark("tick record");
         log::info!("tick stages: {clock}");
         self.publish(published, id, &rec, &crate::ledger::Plan::default());
@@ -363,7 +368,7 @@ impl Retrainer {
     /// The series this tick belongs to: the newest one if it has ticks left, else a new
     /// one calibrated to the plan (its users join it only if their filters still admit it).
     async fn current_series(&self) -> Result<SeriesRow, ReleaseError> {
-        if let Some(s) = self.store.latest_series().await? {
+        if let Some(s) = self.lane_writes.latest_series().await? {
             if s.period < s.params.horizon {
                 return Ok(s);
             }
@@ -373,7 +378,7 @@ impl Retrainer {
         })?;
         let p = SeriesParams::calibrated(&plan, self.config.continual_cap)
             .map_err(ReleaseError::Trainer)?;
-        Ok(self.store.start_series(&p).await?)
+        Ok(self.lane_writes.start_series(&p).await?)
     }
 
     #[allow(clippy::too_many_arguments)]

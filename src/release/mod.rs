@@ -303,10 +303,11 @@ pub struct Retrainer {
     busy: tokio::sync::Mutex<()>,
     /// Release jobs run here, off the request workers ([`crate::lanes`]).
     lane: crate::lanes::Lane,
-    /// The store for the release's snapshot read: [`Store::background`]. The ledger
-    /// commit uses the normal pool: its transactions hold SQLite's write queue, and at a
-    /// low priority they made ingestion wait (p99 635 ms against 200 ms at 1M ratings).
+    /// The store for the release's snapshot read: [`Store::background`].
     background: Store,
+    /// The store for what the release lane writes (lease, job outcome, ledger commit):
+    /// [`Store::release_writes`] (SQLite's normal pool, PostgreSQL's background pool).
+    lane_writes: Store,
 }
 
 impl Retrainer {
@@ -328,6 +329,7 @@ impl Retrainer {
         );
         Ok(Self {
             background: store.background(),
+            lane_writes: store.release_writes(),
             store,
             registry,
             trainer,
@@ -381,7 +383,7 @@ impl Retrainer {
             Outcome::Published(r) => log::info!("retrain job {id} published release {}", r.id),
         }
         if let Err(e) = self
-            .store
+            .lane_writes
             .finish_job(id, outcome.status(), reason, release)
             .await
         {
@@ -408,7 +410,7 @@ impl Retrainer {
             return Err(ReleaseError::Busy);
         };
         match self
-            .store
+            .lane_writes
             .acquire_lease(&self.holder, self.config.lease_secs)
             .await
         {
@@ -424,7 +426,7 @@ impl Retrainer {
         // before stopping, so it cannot re-create the lease after it is given back.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let renewer = {
-            let store = self.store.clone();
+            let store = self.lane_writes.clone();
             let holder = self.holder.clone();
             let secs = self.config.lease_secs;
             let period = std::time::Duration::from_millis((secs * 1000 / 3).max(100));
@@ -448,7 +450,7 @@ impl Retrainer {
         let result = self.release(job_id, started_at, force).await;
         let _ = stop.send(());
         let _ = renewer.await;
-        if let Err(e) = self.store.release_lease(&self.holder).await {
+        if let Err(e) = self.lane_writes.release_lease(&self.holder).await {
             log::warn!("releasing the trainer lease: {e}");
         }
         result
@@ -571,14 +573,14 @@ impl Retrainer {
         if let (Some(shortfall), false) = (shortfall, force) {
             // The mechanisms ran and the refusal (with both totals) reveals their output:
             // the charges stand, the model is not stored (docs/LEDGER.md).
-            let release_id = commit_charges_only(&self.store, rec, hook).await?;
+            let release_id = commit_charges_only(&self.lane_writes, rec, hook).await?;
             self.metrics.budget_spent.inc_by(charged(rec));
             return Err(ReleaseError::Refused {
                 release_id,
                 shortfall,
             });
         }
-        let id = commit_release(&self.store, rec, hook).await?;
+        let id = commit_release(&self.lane_writes, rec, hook).await?;
         self.publish(published, id, rec, plan);
         let note = shortfall.map(|s| format!("forced: published although {s}"));
         if let Some(n) = &note {

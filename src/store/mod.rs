@@ -213,7 +213,8 @@ pub struct Store {
     write_gate: Arc<tokio::sync::Mutex<()>>,
     /// Ledger rows per transaction of a release commit (shared by the clones).
     commit_rows: Arc<AtomicUsize>,
-    /// SQLite only: a second, lazily connected pool for release work ([`Store::background`]).
+    /// A second, lazily connected pool for release work ([`Store::background`]); none for
+    /// an in-memory SQLite database.
     background_pool: Option<AnyPool>,
 }
 
@@ -297,14 +298,25 @@ impl Store {
                     redact_url(&url)
                 )
             })?;
-        // Opened on first use, i.e. by the release lane, whose threads run at nice 10:
-        // SQLite's per-connection worker thread is spawned by the thread that connects
+        // Opened on first use, i.e. by the release lane, whose threads run at nice 10.
+        // SQLite: the per-connection worker thread is spawned by the thread that connects
         // and inherits its priority, so a release's snapshot read and ledger writes take
         // the CPU that requests leave over (crate::lanes).
+        // PostgreSQL: a connection's socket is registered with the tokio runtime that
+        // opened it, and its reads and writes wake up only when that runtime's thread
+        // polls for I/O. A connection opened by the release lane (a nice-10 thread, busy
+        // with the snapshot's rows and the commit's statements) and then handed to a
+        // request by a shared pool made that request wait for the lane to be scheduled:
+        // whole seconds of top-N p99 at 1M ratings (docs/BENCHMARKS.md, issue 22 item 4).
+        // With a pool of their own, the release's connections serve only the release
+        // ([`Store::background`], [`Store::release_writes`]) and never count against the
+        // requests' `database.max_connections`.
         // (Not for an in-memory database: a second pool would open a second database.)
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let background_pool = (backend == Backend::Sqlite && !in_memory)
-            .then(|| pool_options(backend, 2, full_sync).connect_lazy_with(opts));
+        let background_pool = (!in_memory).then(|| {
+            pool_options(backend, background_connections(backend), full_sync)
+                .connect_lazy_with(opts)
+        });
         let store = Self {
             pool,
             backend,
@@ -318,9 +330,8 @@ impl Store {
         Ok(store)
     }
 
-    /// The store as release work should use it: on SQLite through the background pool
-    /// (see [`Store::connect_with`]), on PostgreSQL the same store (its work runs in the
-    /// database server's processes). Shares the write queue and settings.
+    /// The store as a release's reads should use it: through the background pool (see
+    /// [`Store::connect_with`]). Shares the write queue and settings.
     pub fn background(&self) -> Store {
         let mut s = self.clone();
         if let Some(p) = &self.background_pool {
@@ -329,8 +340,32 @@ impl Store {
         s
     }
 
+    /// The store as the release lane's writes (ledger commit, trainer lease, job rows,
+    /// continual-series rows) should use it. SQLite: the normal pool, whose connection
+    /// threads run at normal priority: the commit's transactions hold SQLite's write
+    /// queue, and at a low priority they made ingestion wait (p99 635 ms against 200 ms
+    /// at 1M ratings). PostgreSQL: the background pool, so that no connection the lane
+    /// opens is later lent to a request (see [`Store::connect_with`]).
+    pub fn release_writes(&self) -> Store {
+        match self.backend {
+            Backend::Sqlite => self.clone(),
+            Backend::Postgres => self.background(),
+        }
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+}
+
+/// Connections of the background pool. SQLite: the snapshot read and one more.
+/// PostgreSQL, where the pool also takes the lane's writes ([`Store::release_writes`]): a
+/// release's streamed snapshot read, its lease renewal beside it, and one for its job
+/// and ledger rows.
+fn background_connections(backend: Backend) -> u32 {
+    match backend {
+        Backend::Sqlite => 2,
+        Backend::Postgres => 3,
     }
 }
 
@@ -360,10 +395,16 @@ fn pool_options(backend: Backend, max_connections: u32, full_sync: bool) -> AnyP
         // (high on a table not analysed yet, e.g. right after a bulk import) made
         // PostgreSQL JIT-compile each ledger read, about 1-2 s a statement at ML-20M size
         // (a release's commit ran at 1,500 ratings/s instead of tens of thousands).
-        pool = pool.after_connect(|conn, _| {
+        // The thread that opens a connection is the one whose runtime wakes its I/O (see
+        // [`Store::connect_with`]): logged at debug level to check which pool a lane uses.
+        pool = pool.after_connect(move |conn, _| {
             Box::pin(async move {
                 use sqlx::Executor;
                 conn.execute("SET jit = off").await?;
+                log::debug!(
+                    "PostgreSQL connection opened for the pool of {max_connections} on thread {}",
+                    std::thread::current().name().unwrap_or("unnamed")
+                );
                 Ok(())
             })
         });
