@@ -149,6 +149,26 @@ pub struct Contribution {
     pub unliked_weight: f64,
 }
 
+impl Contribution {
+    /// The count rows' sensitivities (`C_c` per user, `sqrt 2` per rating) assume every
+    /// rating weighs at most 1: `unliked_weight` must be in `[0, 1]`, and a liked
+    /// threshold must be a finite value.
+    pub fn check_weights(&self, liked: &Liked) -> Result<(), TrainError> {
+        if !(0.0..=1.0).contains(&self.unliked_weight) {
+            return Err(invalid(
+                "unliked_weight",
+                "must be in [0, 1] (a rating weighs at most 1 in the count rows)",
+            ));
+        }
+        if let Liked::AtLeast(v) | Liked::TopOfScale(v) = *liked {
+            if !v.is_finite() {
+                return Err(invalid("liked", "must be all, top or a finite value"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Which ratings are a user's liked ones: a top-N list is for items users will like
 /// (held-out ratings at the top of the scale, DESIGN 6a), so by default a release's count
 /// rows weigh the liked ratings 1 and the others less ([`Contribution::unliked_weight`]).
@@ -870,12 +890,7 @@ impl DpTopN {
         if t.noise_factor < 1.0 {
             return Err(invalid("noise_factor", "must be >= 1 (it only adds noise)"));
         }
-        if t.contribution.unliked_weight > 1.0 {
-            return Err(invalid(
-                "unliked_weight",
-                "must be in [0, 1] (a rating weighs at most 1 in the count rows)",
-            ));
-        }
+        t.contribution.check_weights(&t.liked)?;
         if t.count_share.is_nan() || t.count_share >= 1.0 {
             return Err(invalid("count_share", "must be in (0, 1)"));
         }
@@ -978,6 +993,7 @@ impl DpTopN {
                 "a counts-only release spends it all",
             ));
         }
+        self.contribution.check_weights(&self.liked)?;
         let c = Contribution {
             liked_min: self.liked.min_value(data.scale),
             ..self.contribution
@@ -1448,6 +1464,26 @@ mod tests {
             ItemScorer::Projection { d, .. } => assert_eq!(d, 3),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A weight above 1 (or a non-finite threshold) would break the count rows' bounds:
+    /// both count trainers refuse it, and so does a release built around the parser.
+    #[test]
+    fn weights_above_one_are_refused() {
+        use crate::train::topn::references::DpPopularity;
+        for bad in [["unliked_weight=1.5", "liked=top"], ["liked=nan", "eps=10"]] {
+            let p = Params::parse(&bad).unwrap();
+            assert!(DpTopN::from_params(&p).is_err(), "{bad:?}");
+            assert!(DpPopularity::from_params(&p).is_err(), "{bad:?}");
+        }
+        let ok = Params::parse(&["unliked_weight=1", "liked=top"]).unwrap();
+        assert!(DpPopularity::from_params(&ok).is_ok());
+        let mut t = trainer(&[]);
+        t.contribution.unliked_weight = 2.0;
+        let r = synthetic(20, 30, 5);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        assert!(t.release(&data, &mut crate::rng::seeded(1)).is_err());
     }
 
     #[test]

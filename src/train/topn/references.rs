@@ -122,6 +122,7 @@ impl DpPopularity {
             ..d
         };
         p.reject_unknown("dp-popularity")?;
+        inner.contribution.check_weights(&inner.liked)?;
         if inner.noise_factor < 1.0 {
             return Err(TrainError::Param(crate::train::ParamError::Invalid {
                 key: "noise_factor".into(),

@@ -411,21 +411,20 @@ impl<'a> InProcess<'a> {
     }
 
     /// The liked counts of [`Self::parts`]' rows, part by part (empty parts when every
-    /// item weighs 1).
-    fn liked_parts(&self) -> Vec<Vec<u32>> {
+    /// item weighs 1; the trainer's own slice, not a copy, for one shard).
+    fn liked_parts(&self) -> Vec<std::borrow::Cow<'a, [u32]>> {
+        use std::borrow::Cow;
         let n = self.shards.max(1) as usize;
-        if self.liked.is_empty() {
-            return vec![Vec::new(); n];
-        }
-        if n == 1 {
-            return vec![self.liked.to_vec()];
+        if self.liked.is_empty() || n == 1 {
+            return vec![Cow::Borrowed(self.liked); n];
         }
         (0..self.shards)
             .map(|s| {
                 (self.liked.iter().zip(self.labels))
                     .filter(|(_, l)| shard_of(l, self.shards) == s)
                     .map(|(&k, _)| k)
-                    .collect()
+                    .collect::<Vec<u32>>()
+                    .into()
             })
             .collect()
     }
