@@ -60,7 +60,7 @@ fn charge(params: &PlanParams, p: &dprec::ledger::Plan) -> BTreeMap<String, RdpC
 }
 
 fn admitted_ids(ratings: &[RatingBudget], p: &dprec::ledger::Plan) -> BTreeSet<i64> {
-    p.admitted.iter().map(|a| ratings[a.index].id).collect()
+    p.admitted().map(|a| ratings[a.index as usize].id).collect()
 }
 
 /// Finding 2: with the defaults, one added rating with eps_ij = 10 must not change the
@@ -131,17 +131,16 @@ fn removing_any_rating_leaves_every_other_admission_unchanged() {
         for _ in 0..6 {
             let p = plan(&params, &data, &state);
             let users_in: BTreeSet<String> = p
-                .admitted
-                .iter()
-                .map(|a| data[a.index].user.to_string())
+                .admitted()
+                .map(|a| data[a.index as usize].user.to_string())
                 .collect();
             out.push((admitted_ids(&data, &p), users_in));
             for (u, c) in charge(&params, &p) {
                 let b = state.get_mut(&u).unwrap();
                 b.consumed = b.consumed.compose(&c).unwrap();
             }
-            for a in &p.admitted {
-                data[a.index].spent += a.share;
+            for a in p.admitted() {
+                data[a.index as usize].spent += a.share;
             }
         }
         out
@@ -256,8 +255,8 @@ fn default_config_gives_every_user_all_planned_releases() {
             );
             b.consumed = b.consumed.compose(&c).unwrap();
         }
-        for a in &p.admitted {
-            data[a.index].spent += a.share;
+        for a in p.admitted() {
+            data[a.index as usize].spent += a.share;
         }
     }
 }

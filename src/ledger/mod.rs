@@ -300,11 +300,11 @@ pub enum Exclusion {
     UserInvalid(String),
 }
 
-/// A rating admitted to a release.
-#[derive(Debug, Clone, PartialEq)]
+/// A rating admitted to a release (built on the fly by [`Plan::admitted`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Admitted {
     /// Index into the planner's input.
-    pub index: usize,
+    pub index: u32,
     /// The share of eps_ij this release may spend in total.
     pub share: f64,
     /// Whether the rating is counted in the DP popularity (charged `popularity_eps`).
@@ -316,10 +316,35 @@ pub struct Admitted {
     pub rho: f64,
 }
 
-/// The admission plan of one release.
+/// What an admitted rating may spend: the same for every rating in the same budget state,
+/// so a plan stores each distinct one once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Terms {
+    share: f64,
+    popularity: bool,
+    train_budget: f64,
+    rho: f64,
+}
+
+impl Terms {
+    fn key(&self) -> [u64; 4] {
+        [
+            self.share.to_bits(),
+            u64::from(self.popularity),
+            self.train_budget.to_bits(),
+            self.rho.to_bits(),
+        ]
+    }
+}
+
+/// The admission plan of one release. The admitted ratings are 8 bytes each (their
+/// index and the index of their terms): a plan holds one per admitted rating, tens of
+/// millions at scale.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
-    pub admitted: Vec<Admitted>,
+    admitted: Vec<(u32, u32)>,
+    terms: Vec<Terms>,
+    terms_index: HashMap<[u64; 4], u32>,
     pub ratings_exhausted: usize,
     /// Users left out, with the reason.
     pub users_excluded: BTreeMap<String, Exclusion>,
@@ -327,6 +352,57 @@ pub struct Plan {
     /// filter admits it, whether or not any of the user's ratings is admitted, so no
     /// rating's presence decides whether its user is charged (private releases only).
     pub users_charged: Vec<String>,
+}
+
+impl Plan {
+    /// A plan admitting `admitted` (in order) and nothing else decided.
+    pub fn from_admitted(admitted: impl IntoIterator<Item = Admitted>) -> Self {
+        let mut p = Self::default();
+        for a in admitted {
+            p.push(a);
+        }
+        p
+    }
+
+    fn push(&mut self, a: Admitted) {
+        let t = Terms {
+            share: a.share,
+            popularity: a.popularity,
+            train_budget: a.train_budget,
+            rho: a.rho,
+        };
+        let next = self.terms.len() as u32;
+        let k = *self.terms_index.entry(t.key()).or_insert(next);
+        if k == next {
+            self.terms.push(t);
+        }
+        self.admitted.push((a.index, k));
+    }
+
+    /// The admitted ratings, in input order; position `k` is the training set's rating `k`.
+    pub fn admitted(&self) -> impl ExactSizeIterator<Item = Admitted> + '_ {
+        self.admitted.iter().map(|&pair| self.resolve(pair))
+    }
+
+    /// The `k`-th admitted rating (panics when `k >= admitted_len()`).
+    pub fn admitted_at(&self, k: usize) -> Admitted {
+        self.resolve(self.admitted[k])
+    }
+
+    fn resolve(&self, (index, k): (u32, u32)) -> Admitted {
+        let t = self.terms[k as usize];
+        Admitted {
+            index,
+            share: t.share,
+            popularity: t.popularity,
+            train_budget: t.train_budget,
+            rho: t.rho,
+        }
+    }
+
+    pub fn admitted_len(&self) -> usize {
+        self.admitted.len()
+    }
 }
 
 /// Parameters of [`plan`].
@@ -363,18 +439,43 @@ pub fn plan<R: PlannedRating>(
     ratings: &[R],
     users: &BTreeMap<String, UserBudget>,
 ) -> Plan {
+    let inputs = ratings.iter().map(|r| PlanInput {
+        user: r.user(),
+        eps: r.eps(),
+        spent: r.spent(),
+        rho: r.rho(),
+    });
+    plan_inputs(params, inputs, users)
+}
+
+/// A rating as the planner reads it: its user and its budget state (no value, no id).
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    pub user: &'a str,
+    pub eps: f64,
+    pub spent: f64,
+    pub rho: f64,
+}
+
+/// [`plan`] over ratings in any form (e.g. a compact snapshot's rows resolved on the
+/// fly); [`Admitted::index`] is the position in `ratings`.
+pub fn plan_inputs<'a>(
+    params: &PlanParams,
+    ratings: impl Iterator<Item = PlanInput<'a>>,
+    users: &BTreeMap<String, UserBudget>,
+) -> Plan {
     let mut out = Plan::default();
     // Ratings with a share, in input order, each with its user's index in `names`: one
     // flat list (no per-user lists: a snapshot may hold tens of millions of ratings).
     let mut names: HashMap<&str, u32> = HashMap::new();
     let mut user_of: Vec<u32> = Vec::new();
     let mut loss_of: HashMap<(u64, u64), f64> = HashMap::new();
-    for (index, r) in ratings.iter().enumerate() {
+    for (index, r) in ratings.enumerate() {
         // Most ratings share the same (spent, rho): convert each pair once.
         let loss = *loss_of
-            .entry((r.spent().to_bits(), r.rho().to_bits()))
-            .or_insert_with(|| rating_loss(r.spent(), r.rho()));
-        match release_share(params.policy, r.eps(), loss, params.min_release_eps) {
+            .entry((r.spent.to_bits(), r.rho.to_bits()))
+            .or_insert_with(|| rating_loss(r.spent, r.rho));
+        match release_share(params.policy, r.eps, loss, params.min_release_eps) {
             None => out.ratings_exhausted += 1,
             Some(share) => {
                 let popularity = share >= 2.0 * params.popularity_eps;
@@ -384,13 +485,13 @@ pub fn plan<R: PlannedRating>(
                     share
                 };
                 let next = names.len() as u32;
-                user_of.push(*names.entry(r.user()).or_insert(next));
-                out.admitted.push(Admitted {
-                    index,
+                user_of.push(*names.entry(r.user).or_insert(next));
+                out.push(Admitted {
+                    index: u32::try_from(index).expect("at most 2^32 ratings a release"),
                     share,
                     popularity,
                     train_budget,
-                    rho: r.rho(),
+                    rho: r.rho,
                 });
             }
         }
@@ -485,7 +586,7 @@ mod tests {
             rho,
         };
         let p = plan(&params, &[r], &BTreeMap::new());
-        let a = &p.admitted[0];
+        let a = p.admitted_at(0);
         assert_eq!(a.rho, rho);
         let left = 2.0 - rating_loss(0.5, rho);
         assert!((a.train_budget - left).abs() < 1e-12 && a.train_budget <= left);
@@ -611,17 +712,17 @@ mod tests {
         ];
         let users = budgets(&[("a", 10.0), ("b", 10.0), ("poor", 0.5)]);
         let p = plan(&params, &ratings, &users);
-        let ids: Vec<i64> = p.admitted.iter().map(|a| ratings[a.index].id).collect();
+        let ids: Vec<i64> = p.admitted().map(|a| ratings[a.index as usize].id).collect();
         assert_eq!(ids, vec![1, 3, 5]);
         assert_eq!(p.ratings_exhausted, 1);
         assert_eq!(
             p.users_excluded.get("poor"),
             Some(&Exclusion::UserFilterFull)
         );
-        let a1 = &p.admitted[0];
+        let a1 = p.admitted_at(0);
         assert!(a1.popularity && (a1.share - 0.5).abs() < 1e-15);
         assert!((a1.train_budget - 0.45).abs() < 1e-12);
-        let a5 = &p.admitted[2];
+        let a5 = p.admitted_at(2);
         assert!(!a5.popularity && a5.train_budget == a5.share);
     }
 
@@ -658,7 +759,7 @@ mod tests {
             &budgets(&[("heavy", 10.0), ("light", 10.0)]),
         );
         assert!(p.users_excluded.is_empty(), "{:?}", p.users_excluded);
-        assert_eq!(p.admitted.len(), 301);
+        assert_eq!(p.admitted_len(), 301);
         let p = plan(&params, &many, &budgets(&[("heavy", 0.4), ("light", 0.4)]));
         assert_eq!(p.users_excluded.len(), 2, "{:?}", p.users_excluded);
     }
@@ -689,13 +790,13 @@ mod tests {
             rho: 0.0,
         }];
         let p = plan(&params, &ratings, &users);
-        assert!(p.admitted.is_empty());
+        assert_eq!(p.admitted_len(), 0);
         assert_eq!(p.users_excluded.get("u"), Some(&Exclusion::UserFilterFull));
         // Non-private releases charge nothing and skip the filter.
         let open = PlanParams {
             check_user_filter: false,
             ..params
         };
-        assert_eq!(plan(&open, &ratings, &users).admitted.len(), 1);
+        assert_eq!(plan(&open, &ratings, &users).admitted_len(), 1);
     }
 }

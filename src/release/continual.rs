@@ -190,11 +190,11 @@ pub fn plan_tick(
         .iter()
         .map(|(u, i, _)| (u.clone(), i.clone()));
     let mut cap = TickAdmission::new(params, members, Admissions::from_pairs(pairs));
-    for r in snap.ratings.iter().filter(|r| !r.ldp) {
+    for r in snap.iter().filter(|r| !r.ldp) {
         cap.offer(&OfferedRating {
             id: r.id,
-            user: &r.user,
-            item: &r.item,
+            user: r.user,
+            item: r.item,
             eps: r.eps,
             spent: r.spent,
             rho: r.rho,
@@ -398,10 +398,9 @@ impl Retrainer {
             .tick
             .admitted
             .iter()
-            .map(|(u, i, id)| RatingChargeRow {
+            .map(|(u, _, id)| RatingChargeRow {
                 rating_id: *id,
                 user: u.clone(),
-                item: i.clone(),
                 eps_train: 0.0,
                 eps_popularity: 0.0,
                 rho,

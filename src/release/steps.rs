@@ -2,14 +2,14 @@
 //! (which ratings take part and at what share), the training set, the fit, the DP
 //! popularity, the charges, and the record the store commits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use super::{ReleaseConfig, ReleaseError};
 use crate::accountant::PrivacyEvent;
 use crate::data::{IdMap, Interactions, Ratings};
-use crate::ledger::{self, plan, Plan, PlanParams};
+use crate::ledger::{self, plan_inputs, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
 use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
@@ -112,15 +112,15 @@ pub fn admit(
         user_event: user_event.clone(),
         check_user_filter: private,
     };
-    let plan = plan(&params, &snap.ratings, &snap.users);
+    let plan = plan_inputs(&params, snap.plan_inputs(), &snap.users);
     // A proven release runs even when no rating is admitted: it is a DP release of noise
     // that charges no rating (registered users with a live budget are charged its
     // user-level event, as on every release: ledger::plan). Skipping it would publish
     // whether anything was admitted (D = {} and D = {r} would differ in whether the
     // release exists).
-    if plan.admitted.is_empty() && !private {
+    if plan.admitted_len() == 0 && !private {
         return Err(ReleaseError::NothingAdmitted {
-            ratings: snap.ratings.len(),
+            ratings: snap.len(),
             exhausted: plan.ratings_exhausted,
             excluded: plan.users_excluded.len(),
         });
@@ -161,7 +161,7 @@ fn rating_level_admission(
         check_user_filter: true,
     };
     Admission {
-        plan: plan(&params, &snap.ratings, &snap.users),
+        plan: plan_inputs(&params, snap.plan_inputs(), &snap.users),
         private: true,
         guarantee: Guarantee::RatingLevel,
         trainer: trainer.clone(),
@@ -174,29 +174,22 @@ fn rating_level_admission(
 /// client, each charged its local eps once at ingestion; training on them is
 /// post-processing, so nothing is charged and no raw rating takes part.
 fn local_admission(trainer: &Arc<dyn Trainer>, snap: &Snapshot) -> Result<Admission, ReleaseError> {
-    let admitted: Vec<ledger::Admitted> = snap
-        .ratings
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.ldp)
-        .map(|(index, r)| ledger::Admitted {
-            index,
+    let plan = Plan::from_admitted(snap.iter().enumerate().filter(|(_, r)| r.ldp).map(
+        |(index, r)| ledger::Admitted {
+            index: index as u32,
             share: 0.0,
             popularity: false,
             train_budget: 0.0,
             rho: r.rho,
-        })
-        .collect();
-    if admitted.is_empty() {
+        },
+    ));
+    if plan.admitted_len() == 0 {
         return Err(ReleaseError::NoLocalRatings {
-            ratings: snap.ratings.len(),
+            ratings: snap.len(),
         });
     }
     Ok(Admission {
-        plan: Plan {
-            admitted,
-            ..Plan::default()
-        },
+        plan,
         private: false,
         guarantee: Guarantee::LocalDp,
         trainer: trainer.clone(),
@@ -218,17 +211,45 @@ pub struct TrainingSet {
     pub budgets: Vec<f64>,
     /// Each rating's Gaussian loss so far (zCDP `rho`).
     pub rho: Vec<f64>,
+    /// How many ratings the set holds (kept after [`TrainingSet::drop_ratings`]).
+    n_ratings: usize,
+}
+
+impl TrainingSet {
+    /// The number of admitted ratings.
+    pub fn len(&self) -> usize {
+        self.n_ratings
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n_ratings == 0
+    }
+
+    /// Frees the per-rating columns once the fit and the popularity have read them (the
+    /// charges and the record need only the count and the ids): at 20M ratings they are
+    /// half a gigabyte that the charge rows would otherwise sit on top of.
+    pub fn drop_ratings(&mut self) {
+        self.ratings = Ratings::default();
+        self.budgets = Vec::new();
+        self.rho = Vec::new();
+    }
 }
 
 /// Step 2: the training set of an admission.
 pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, ReleaseError> {
-    // The distinct users, sorted (a set of shared ids: one entry per user, not per rating).
-    let distinct: std::collections::BTreeSet<&str> = plan
-        .admitted
+    // The distinct users, sorted: the snapshot's user table is sorted, so its indices
+    // in order are the users in order (one flag per user, nothing per rating).
+    let mut taking_part = vec![false; snap.user_names.len()];
+    for a in plan.admitted() {
+        taking_part[snap.ratings[a.index as usize].user as usize] = true;
+    }
+    let user_ids: Vec<String> = snap
+        .user_names
         .iter()
-        .map(|a| &*snap.ratings[a.index].user)
+        .zip(&taking_part)
+        .filter(|(_, &t)| t)
+        .map(|(u, _)| u.to_string())
         .collect();
-    let user_ids: Vec<String> = distinct.into_iter().map(str::to_owned).collect();
     let mut users = IdMap::new();
     for u in &user_ids {
         users.intern(u);
@@ -238,14 +259,21 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         items.intern(i);
     }
     let mut ratings = Ratings::with_dims(users.len(), items.len());
-    let mut budgets = Vec::with_capacity(plan.admitted.len());
-    let mut rho = Vec::with_capacity(plan.admitted.len());
-    for a in &plan.admitted {
-        let r = &snap.ratings[a.index];
-        let (Some(u), Some(i)) = (users.get(&r.user), items.get(&r.item)) else {
+    let n = plan.admitted_len();
+    ratings.users.reserve_exact(n);
+    ratings.items.reserve_exact(n);
+    ratings.values.reserve_exact(n);
+    let mut budgets = Vec::with_capacity(plan.admitted_len());
+    let mut rho = Vec::with_capacity(plan.admitted_len());
+    // Each snapshot item's catalogue index, looked up once per item, not per rating.
+    let item_of: Vec<Option<u32>> = snap.item_names.iter().map(|i| items.get(i)).collect();
+    let user_of = dense_positions(&taking_part);
+    for a in plan.admitted() {
+        let r = &snap.ratings[a.index as usize];
+        let Some(i) = item_of[r.item as usize] else {
             return Err(ReleaseError::UnknownItem(r.id));
         };
-        ratings.push(u, i, r.value as f32);
+        ratings.push(user_of[r.user as usize], i, r.value);
         budgets.push(a.train_budget);
         rho.push(a.rho);
     }
@@ -257,47 +285,63 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         items,
         user_ids,
         item_ids,
+        n_ratings: ratings.len(),
         ratings,
         budgets,
         rho,
     })
 }
 
+/// The dense position of each flagged entry among the flagged ones (`u32::MAX` for the
+/// others).
+fn dense_positions(flags: &[bool]) -> Vec<u32> {
+    let mut next = 0u32;
+    flags
+        .iter()
+        .map(|&f| {
+            if f {
+                next += 1;
+                next - 1
+            } else {
+                u32::MAX
+            }
+        })
+        .collect()
+}
+
 /// Step 3: trains off the async runtime; a panic or a trainer error is a failed release
-/// (nothing charged). Returns the fit and the generator for the release's further noise.
-/// `prior` is the last published proven model, re-indexed to this set.
+/// (nothing charged). Returns the fit, the generator for the release's further noise and
+/// the set (moved to the training thread and back, not copied: at 20M ratings a copy is
+/// half a gigabyte). `prior` is the last published proven model, re-indexed to this set.
 pub async fn fit(
     trainer: Arc<dyn Trainer>,
-    set: &TrainingSet,
+    set: TrainingSet,
     cfg: &ReleaseConfig,
     prior: Option<FactorModel>,
-) -> Result<(Fitted, DpRng), ReleaseError> {
-    let ratings = set.ratings.clone();
-    let budgets = set.budgets.clone();
-    let rho = set.rho.clone();
-    let (user_ids, item_ids) = (set.user_ids.clone(), set.item_ids.clone());
+) -> Result<(Fitted, DpRng, TrainingSet), ReleaseError> {
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
-    let fit = tokio::task::spawn_blocking(move || {
+    let (fit, set) = tokio::task::spawn_blocking(move || {
         // Training takes the CPU that requests leave over (crate::lanes).
         let _background = crate::lanes::lower_thread_priority();
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let matrix = Interactions::new(&ratings);
+        let fit = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let matrix = Interactions::new(&set.ratings);
             let data = TrainData {
-                ratings: &ratings,
+                ratings: &set.ratings,
                 matrix: &matrix,
                 scale,
-                budgets: Some(&budgets),
-                rating_rho: Some(&rho),
+                budgets: Some(&set.budgets),
+                rating_rho: Some(&set.rho),
                 prior: prior.as_ref(),
                 labels: Some(crate::train::Labels {
-                    users: &user_ids,
-                    items: &item_ids,
+                    users: &set.user_ids,
+                    items: &set.item_ids,
                 }),
             };
             let mut rng = crate::rng::from_seed_or_os(seed);
             trainer.fit(&data, &mut rng).map(|f| (f, rng))
-        }))
+        }));
+        (fit, set)
     })
     .await?;
     let (fitted, rng) = match fit {
@@ -318,7 +362,7 @@ pub async fn fit(
             declared,
         });
     }
-    Ok((fitted, rng))
+    Ok((fitted, rng, set))
 }
 
 /// Step 4: the DP popularity counts of the ratings the plan lets be counted, with their
@@ -345,7 +389,7 @@ pub fn popularity(
             return Ok((counts, ReleaseCharges::default()));
         }
     }
-    let counted: Vec<bool> = plan.admitted.iter().map(|a| a.popularity).collect();
+    let counted: Vec<bool> = plan.admitted().map(|a| a.popularity).collect();
     dp_stats::dp_popularity(&set.ratings, set.items.len(), &counted, eps, rng)
         .map_err(|e| ReleaseError::Popularity(e.to_string()))
 }
@@ -395,7 +439,7 @@ pub fn collect_charges(
     popularity: &ReleaseCharges,
     user_event: Option<&PrivacyEvent>,
 ) -> Result<Charges, ReleaseError> {
-    let n = set.ratings.len();
+    let n = set.len();
     if user_event.is_none() && !trainer.rating_rho.is_empty() {
         return Err(ReleaseError::BadCharge(
             "a rating-level release charged a Gaussian (rho) part to its ratings; the \
@@ -410,41 +454,7 @@ pub fn collect_charges(
             "trainer charged unknown rating position {bad}"
         )));
     }
-    let train = trainer.rating_totals(n);
-    let rho = trainer.rating_rho_totals(n);
-    let pop = popularity.rating_totals(n);
-    let mut ratings = Vec::new();
-    for (k, a) in plan.admitted.iter().enumerate() {
-        // What the trainer added to the rating's loss bound: its pure eps plus the
-        // increase of the converted Gaussian part (exactly `train[k]` without one).
-        let r = &snap.ratings[a.index];
-        let added = if rho[k] == 0.0 {
-            train[k]
-        } else {
-            ledger::rating_loss(r.spent + train[k], r.rho + rho[k])
-                - ledger::rating_loss(r.spent, r.rho)
-        };
-        // The Gaussian conversion is recomputed in another order of operations than the
-        // trainer's: allow rounding here; the commit re-checks eps_ij exactly.
-        let slack = if rho[k] == 0.0 { 0.0 } else { 1e-9 };
-        let valid = train[k].is_finite() && train[k] >= 0.0 && rho[k].is_finite() && rho[k] >= 0.0;
-        if !(valid && added <= a.train_budget * (1.0 + slack)) {
-            return Err(ReleaseError::BadCharge(format!(
-                "trainer charged rating position {k} eps {added}, above its budget {}",
-                a.train_budget
-            )));
-        }
-        if train[k] + pop[k] > 0.0 || rho[k] > 0.0 {
-            ratings.push(RatingChargeRow {
-                rating_id: r.id,
-                user: r.user.clone(),
-                item: r.item.clone(),
-                eps_train: train[k],
-                eps_popularity: pop[k],
-                rho: rho[k],
-            });
-        }
-    }
+    let ratings = rating_rows(snap, plan, trainer, popularity, n)?;
     let n_users = set.users.len();
     let trainer_events = trainer.user_events();
     let users = user_charges(plan, user_event);
@@ -468,6 +478,63 @@ pub fn collect_charges(
         rating_unit,
         rating_neighbour,
     })
+}
+
+/// The ledger rows of a release's rating charges (the trainer's and the popularity's
+/// per rating), each checked against the rating's budget for this release.
+fn rating_rows(
+    snap: &Snapshot,
+    plan: &Plan,
+    trainer: &ReleaseCharges,
+    popularity: &ReleaseCharges,
+    n: usize,
+) -> Result<Vec<RatingChargeRow>, ReleaseError> {
+    let train = trainer.rating_totals(n);
+    let rho = trainer.rating_rho_totals(n);
+    let pop = popularity.rating_totals(n);
+    // Sized once: at scale nearly every rating is charged, and a doubling vector would
+    // hold up to twice the rows.
+    let charged = (0..n)
+        .filter(|&k| train[k] + pop[k] > 0.0 || rho[k] > 0.0)
+        .count();
+    let mut ratings = Vec::with_capacity(charged);
+    // Ratings in the same state charged the same add the same: the conversion (a
+    // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
+    let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
+    for (k, a) in plan.admitted().enumerate() {
+        // What the trainer added to the rating's loss bound: its pure eps plus the
+        // increase of the converted Gaussian part (exactly `train[k]` without one).
+        let r = snap.get(a.index as usize);
+        let added = if rho[k] == 0.0 {
+            train[k]
+        } else {
+            let key = [r.spent, train[k], r.rho, rho[k]].map(f64::to_bits);
+            *added_of.entry(key).or_insert_with(|| {
+                ledger::rating_loss(r.spent + train[k], r.rho + rho[k])
+                    - ledger::rating_loss(r.spent, r.rho)
+            })
+        };
+        // The Gaussian conversion is recomputed in another order of operations than the
+        // trainer's: allow rounding here; the commit re-checks eps_ij exactly.
+        let slack = if rho[k] == 0.0 { 0.0 } else { 1e-9 };
+        let valid = train[k].is_finite() && train[k] >= 0.0 && rho[k].is_finite() && rho[k] >= 0.0;
+        if !(valid && added <= a.train_budget * (1.0 + slack)) {
+            return Err(ReleaseError::BadCharge(format!(
+                "trainer charged rating position {k} eps {added}, above its budget {}",
+                a.train_budget
+            )));
+        }
+        if train[k] + pop[k] > 0.0 || rho[k] > 0.0 {
+            ratings.push(RatingChargeRow {
+                rating_id: r.id,
+                user: r.user.clone(),
+                eps_train: train[k],
+                eps_popularity: pop[k],
+                rho: rho[k],
+            });
+        }
+    }
+    Ok(ratings)
 }
 
 /// The user-level charges of a release: its event, stored as the list of its parts
@@ -525,7 +592,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         guarantee,
         mechanisms: serde_json::to_value(&charges.mechanisms)?,
         popularity_eps: popularity.eps,
-        n_ratings: set.ratings.len() as i64,
+        n_ratings: set.len() as i64,
         n_users: set.users.len() as i64,
         n_items: set.items.len() as i64,
         job_id,
@@ -547,7 +614,7 @@ mod tests {
     use crate::accountant::{default_orders, LifetimePlan, RdpCurve};
     use crate::data::RatingScale;
     use crate::ledger::{SharePolicy, UserBudget};
-    use crate::store::RatingRow;
+    use crate::store::RatingInput;
     use crate::train::charges::{RatingCharge, RatingRho};
     use crate::train::{build, Params};
 
@@ -576,7 +643,7 @@ mod tests {
             delta: 1e-6,
             consumed: RdpCurve::new(orders.clone(), vec![rdp; orders.len()]).unwrap(),
         };
-        let rating = |id: i64, user: &str, item: &str| RatingRow {
+        let rating = |id: i64, user: &str, item: &str| RatingInput {
             id,
             user: user.into(),
             item: item.into(),
@@ -586,16 +653,16 @@ mod tests {
             rho: 0.0,
             ldp: false,
         };
-        Snapshot {
-            ratings: vec![
+        Snapshot::build(
+            [
                 rating(1, "a", "x"),
                 rating(2, "a", "y"),
                 rating(3, "b", "x"),
                 rating(4, "b", "y"),
             ],
-            users: [("a".into(), budget(0.0)), ("b".into(), budget(1e6))].into(),
-            items: vec!["x".into(), "y".into()],
-        }
+            [("a".into(), budget(0.0)), ("b".into(), budget(1e6))].into(),
+            vec!["x".into(), "y".into()],
+        )
     }
 
     /// A rating-level trainer is refused by the release itself without the switch (the
@@ -617,7 +684,7 @@ mod tests {
             assert_eq!(a.guarantee, Guarantee::RatingLevel);
             assert!(a.private && a.user_event.is_none());
             assert_eq!(a.popularity_eps, 0.05);
-            let admitted: Vec<usize> = a.plan.admitted.iter().map(|r| r.index).collect();
+            let admitted: Vec<u32> = a.plan.admitted().map(|r| r.index).collect();
             assert_eq!(admitted, vec![0, 1], "{name}");
             assert!(a.plan.users_excluded.contains_key("b"));
         }

@@ -18,6 +18,7 @@ mod ratings_pg;
 mod releases;
 mod series;
 mod series_offers;
+mod snapshot;
 pub mod suffstats_pg;
 
 /// A database URL with its credentials hidden, for logs and error messages.
@@ -37,8 +38,8 @@ pub use releases::{
 };
 pub use series::{SeriesRow, SeriesState, SeriesTick};
 pub use series_offers::{OfferMark, OfferRead, OfferedRating, UPDATE_OVERLAP_MS};
+pub use snapshot::{RatingInput, RatingRef, RatingRow, RatingState, Snapshot};
 
-use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
@@ -49,7 +50,6 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
 use crate::accountant::RdpCurve;
-use crate::ledger::{PlannedRating, UserBudget};
 
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
@@ -106,48 +106,6 @@ pub struct Defaults {
     pub rating_eps: f64,
     pub user_eps: f64,
     pub user_delta: f64,
-}
-
-/// One rating row as the trainer snapshot reads it.
-#[derive(Debug, Clone)]
-pub struct RatingRow {
-    pub id: i64,
-    /// Shared with every other rating of the user (one allocation per user, not per
-    /// rating: a snapshot holds every live rating).
-    pub user: Arc<str>,
-    /// Shared with every other rating of the item.
-    pub item: Arc<str>,
-    pub value: f64,
-    pub eps: f64,
-    pub spent: f64,
-    /// Gaussian part of the rating's loss (zCDP, [`crate::ledger::rating_loss`]).
-    pub rho: f64,
-    /// Perturbed on the client (`origin = 'ldp'`): only local-DP trainers read it.
-    pub ldp: bool,
-}
-
-/// Everything a release plans from.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    pub ratings: Vec<RatingRow>,
-    pub users: BTreeMap<String, UserBudget>,
-    /// The item catalogue (public metadata), sorted.
-    pub items: Vec<String>,
-}
-
-impl PlannedRating for RatingRow {
-    fn user(&self) -> &str {
-        &self.user
-    }
-    fn eps(&self) -> f64 {
-        self.eps
-    }
-    fn spent(&self) -> f64 {
-        self.spent
-    }
-    fn rho(&self) -> f64 {
-        self.rho
-    }
 }
 
 /// A user's privacy settings and ledger state.

@@ -1,15 +1,12 @@
-//! Ratings, users and their settings, the training snapshot.
+//! Ratings, users and their settings (the training snapshot is in `snapshot`).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
-
-use futures_util::TryStreamExt;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::Row;
 
 use super::{
-    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, RatingRow, Snapshot, Store,
-    StoreCounts, StoreError, Tx, UserRow,
+    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, Store, StoreCounts, StoreError,
+    Tx, UserRow,
 };
 use crate::accountant::RdpCurve;
 use crate::ledger::UserBudget;
@@ -250,46 +247,6 @@ impl Store {
         .map(budget_row)
         .collect()
     }
-
-    /// Live ratings of live users, their budgets, and the item catalogue. The rows are
-    /// streamed (not buffered as a result set) and each user and item id is allocated
-    /// once, so the snapshot's memory is the ratings' numbers plus the distinct ids.
-    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let mut rows = sqlx::query(
-            "SELECT r.id, r.user_id, r.item_id, r.value, r.eps, r.spent, r.rho, r.origin \
-             FROM ratings r \
-             JOIN users u ON u.id = r.user_id \
-             WHERE r.value IS NOT NULL AND u.deleted = 0 ORDER BY r.id",
-        )
-        .fetch(&self.pool);
-        let (mut user_ids, mut item_ids) = (Interner::default(), Interner::default());
-        let mut ratings = Vec::new();
-        while let Some(r) = rows.try_next().await? {
-            ratings.push(RatingRow {
-                id: r.try_get(0)?,
-                user: user_ids.get(r.try_get(1)?),
-                item: item_ids.get(r.try_get(2)?),
-                value: r.try_get(3)?,
-                eps: r.try_get(4)?,
-                spent: r.try_get(5)?,
-                rho: r.try_get(6)?,
-                ldp: r.try_get::<&str, _>(7)? == "ldp",
-            });
-        }
-        drop(rows);
-        let users = self.user_budgets().await?;
-        let items = sqlx::query("SELECT id FROM items ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<Vec<String>, _>>()?;
-        Ok(Snapshot {
-            ratings,
-            users,
-            items,
-        })
-    }
 }
 
 /// A user's `(id, budget_eps, budget_delta, rdp_consumed)` row as `(id, budget)`.
@@ -303,21 +260,6 @@ pub(super) fn budget_row(r: &sqlx::any::AnyRow) -> Result<(String, UserBudget), 
             consumed: parse_curve(&consumed)?,
         },
     ))
-}
-
-/// One shared allocation per distinct id (a snapshot names each user and item many times).
-#[derive(Default)]
-struct Interner(HashSet<Arc<str>>);
-
-impl Interner {
-    fn get(&mut self, id: &str) -> Arc<str> {
-        if let Some(k) = self.0.get(id) {
-            return k.clone();
-        }
-        let k: Arc<str> = Arc::from(id);
-        self.0.insert(k.clone());
-        k
-    }
 }
 
 /// A batch as both backends write it: one row per (user, item) pair, sorted by pair,

@@ -156,8 +156,8 @@ impl Store {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RatingChargeRow {
     pub rating_id: i64,
+    /// Shared with the user's other rows (one allocation per user).
     pub user: std::sync::Arc<str>,
-    pub item: std::sync::Arc<str>,
     /// Pure eps the trainer charged.
     pub eps_train: f64,
     pub eps_popularity: f64,
@@ -389,9 +389,11 @@ async fn commit(
     let (costs, users) = user_costs(rec)?;
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
     // batches are sorted), so a ledger transaction and an ingestion batch never wait for
-    // each other in a cycle on PostgreSQL (deadlock_detected). Users are locked by id.
+    // each other in a cycle on PostgreSQL (deadlock_detected): users are taken in id
+    // order, and each statement locks its users' rows by (user, item) in SQL
+    // (`lock_and_read_ratings`), so the charges need no item.
     let mut ratings: Vec<&RatingChargeRow> = rec.rating_charges.iter().collect();
-    ratings.sort_by(|a, b| (&a.user, &a.item).cmp(&(&b.user, &b.item)));
+    ratings.sort_by(|a, b| (&a.user, a.rating_id).cmp(&(&b.user, b.rating_id)));
     store.refresh_planner_statistics().await?;
     let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();

@@ -28,6 +28,7 @@ mod private_gd;
 mod rating_level;
 mod ratings;
 mod recommend;
+mod snapshot;
 mod suffstats;
 mod topn;
 mod users;

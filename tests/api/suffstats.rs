@@ -71,12 +71,12 @@ async fn load(store: &Store) -> Loaded {
     let users: Vec<String> = snap.users.keys().cloned().collect();
     let items = snap.items.clone();
     let mut r = Ratings::with_dims(users.len(), items.len());
-    for row in &snap.ratings {
+    for row in snap.iter() {
         let u = users
-            .binary_search_by(|x| x.as_str().cmp(&row.user))
+            .binary_search_by(|x| x.as_str().cmp(row.user))
             .unwrap();
         let j = items
-            .binary_search_by(|x| x.as_str().cmp(&row.item))
+            .binary_search_by(|x| x.as_str().cmp(row.item))
             .unwrap();
         r.push(u as u32, j as u32, row.value as f32);
     }
