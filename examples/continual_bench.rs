@@ -17,7 +17,10 @@
 //!   `cap` distinct items in arrival order, fixed weight `min(1, clip / sqrt cap)`),
 //!   fresh noise per release with the same `z_T`;
 //! - `arrival cap, tree`: the same counts through `TreeCounter`, node multiplier
-//!   `z_L` for `L = levels(T)` composed Gaussians.
+//!   `z_L` for `L = levels(T)` composed Gaussians;
+//! - `service rule, independent, combined`: the first method's releases, each served as
+//!   the counts filter's combination with the earlier ones
+//!   (`dprec::train::topn::history`, drift `1 / T`; post-processing, the same charges).
 //!
 //! Reported per `T`, mean (± sd) over seeds: the MSE per item of the released counts
 //! against the method's own exact counts, averaged over periods; and the ranking quality
@@ -31,6 +34,7 @@ use dprec::eval::ranking::list_metrics;
 use dprec::privacy::tree::{levels, ArrivalCap, TreeCounter};
 use dprec::rng::{seeded, split, DpRng};
 use dprec::train::topn::dp_topn::{DpTopN, ReleasePlan};
+use dprec::train::topn::history::{drift_for, CountHistory};
 use rand::seq::SliceRandom;
 
 /// One rating of u.data (0-based ids).
@@ -137,7 +141,7 @@ fn service_exact(rows: &[Vec<u32>], n_items: usize, rng: &mut DpRng) -> Vec<f64>
     c
 }
 
-/// The released counts of the three methods at the end of every period, with the exact
+/// The released counts of the four methods at the end of every period, with the exact
 /// counts each estimates: `[(released, exact)]` per method, each a `T x n_items` list.
 type Releases = Vec<(Vec<Vec<f64>>, Vec<Vec<f64>>)>;
 
@@ -181,6 +185,21 @@ fn release_all(
         out[1].1.push(capped.clone());
         out[2].0.push(tree.step(&inc, &mut r_tree)?);
         out[2].1.push(capped.clone());
+    }
+    let combined = combine(&out[0].0, sig_service, periods.len() as u64)?;
+    out.push((combined, out[0].1.clone()));
+    Ok(out)
+}
+
+/// Every release served as the counts filter's state after it (what the service serves
+/// since the filter was added).
+fn combine(released: &[Vec<f64>], sigma: f64, t_count: u64) -> anyhow::Result<Vec<Vec<f64>>> {
+    let mut state: Option<CountHistory> = None;
+    let mut out = Vec::with_capacity(released.len());
+    for y in released {
+        let next = CountHistory::update(state.as_ref(), "service", y, sigma, drift_for(t_count))?;
+        out.push(next.mean.clone());
+        state = Some(next);
     }
     Ok(out)
 }
@@ -264,10 +283,11 @@ fn mean_sd(x: &[f64]) -> (f64, f64) {
     (m, v.sqrt())
 }
 
-const METHODS: [&str; 3] = [
+const METHODS: [&str; 4] = [
     "service rule (cap 256, clip 4), independent",
     "arrival cap, independent",
     "arrival cap, tree",
+    "service rule, independent, combined across releases",
 ];
 
 /// One row of the results: per method (mse, ndcg, p10) mean and sd over seeds.
@@ -290,7 +310,7 @@ fn run_t(ev: &[Event], dims: (usize, usize), t_count: u64, a: &Args) -> anyhow::
     let sig = (z_t * 4.0, z_t * a.clip, z_l * a.clip);
     let periods = split_periods(ev, t_count);
     let next = next_periods(&periods, dims.0, dims.1);
-    let mut per_seed: Vec<Vec<[f64; 3]>> = vec![Vec::new(); 3];
+    let mut per_seed: Vec<Vec<[f64; 3]>> = vec![Vec::new(); METHODS.len()];
     let mut exact = [(0.0, 0.0); 2];
     for seed in 0..a.seeds {
         let rel = release_all(&periods, dims, sig, a, seed)?;
@@ -376,10 +396,11 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-const COLORS: [plotters::style::RGBColor; 3] = [
+const COLORS: [plotters::style::RGBColor; 4] = [
     plotters::style::RGBColor(31, 119, 180),
     plotters::style::RGBColor(214, 39, 40),
     plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(148, 103, 189),
 ];
 
 /// One line per method with ± 1 sd error bars, into chart `$c`, metric column `$k`.

@@ -6,6 +6,8 @@
 #
 #   scripts/continual_replay.sh [--bin PATH] [--mode continual|independent]
 #                               [--periods N] [--trainer NAME] [--csv FILE]
+#                               [--config FILE]   (a TOML settings file for the service,
+#                                                  e.g. trainer parameters)
 #
 # MovieLens-100K is read from $DPREC_ML100K_DIR (default ../shared/datasets/ml-100k).
 set -euo pipefail
@@ -17,6 +19,7 @@ mode=continual
 periods=52
 trainer=dp-topn
 csv=""
+config=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -24,6 +27,7 @@ while [ $# -gt 0 ]; do
         --periods) periods=$2; shift 2 ;;
         --trainer) trainer=$2; shift 2 ;;
         --csv) csv=$(realpath "$2"); shift 2 ;;
+        --config) config=(--config "$(realpath "$2")"); shift 2 ;;
         *) echo "continual_replay: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -38,6 +42,6 @@ scratch_setup
 export DATABASE_URL="sqlite://$scratch/dprec.sqlite" DPREC_SCHEDULER__ENABLED=false
 export DPREC_RELEASE__MODE="$mode" DPREC_BUDGET__PLANNED_RELEASES="$periods"
 export DPREC_TRAINER__NAME="$trainer"
-start_service "$bin"
-echo "\$ DPREC_RELEASE__MODE=$mode DPREC_BUDGET__PLANNED_RELEASES=$periods DPREC_TRAINER__NAME=$trainer dprec serve"
+start_service "$bin" "${config[@]}"
+echo "\$ DPREC_RELEASE__MODE=$mode DPREC_BUDGET__PLANNED_RELEASES=$periods DPREC_TRAINER__NAME=$trainer dprec serve ${config[*]}"
 python3 "$root/scripts/continual_replay.py" "$B" "$ADMIN" "$data/u.data" "$periods" ${csv:+--csv "$csv"}

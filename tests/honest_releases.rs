@@ -292,6 +292,7 @@ fn published(trainer: &dyn Trainer, r: &Ratings, budgets: &[f64]) -> Vec<serde_j
         budgets: Some(budgets),
         rating_rho: None,
         prior: None,
+        prior_counts: None,
         labels: None,
     };
     let mut rng = dprec::rng::seeded(3);
@@ -345,6 +346,7 @@ fn gaussian_mf_charges_every_rating_it_touches() {
         budgets: Some(&budgets),
         rating_rho: None,
         prior: None,
+        prior_counts: None,
         labels: None,
     };
     let mut rng = dprec::rng::seeded(5);

@@ -3,7 +3,7 @@
 # scratch_setup: a scratch directory in $scratch, removed on exit together with the
 #   service in $server (if any), and no DPREC_* setting inherited from the caller's shell
 #   but DPREC_ML100K_DIR (so the script's service runs on its defaults).
-# start_service BIN: starts `BIN serve --bind 127.0.0.1:0` (environment as set by the
+# start_service BIN [ARGS...]: starts `BIN serve --bind 127.0.0.1:0 ARGS...` (environment as set by the
 #   caller) logging to $scratch/serve.log; sets $server, $port, $B (its base URL), $ADMIN (the
 #   admin key printed on the first start) and the curl arguments $auth; exits on failure.
 # wait_for_port LOG: prints the port a `dprec serve --bind 127.0.0.1:0` writing its log
@@ -34,7 +34,7 @@ wait_for_port() {
 }
 
 start_service() {
-    "$1" serve --bind 127.0.0.1:0 2>"$scratch/serve.log" &
+    "$1" serve --bind 127.0.0.1:0 "${@:2}" 2>"$scratch/serve.log" &
     server=$!
     port=$(wait_for_port "$scratch/serve.log")
     [ -n "$port" ] || { echo "the service did not start: $(cat "$scratch/serve.log")" >&2; exit 1; }

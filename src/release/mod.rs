@@ -493,8 +493,9 @@ impl Retrainer {
         let set = steps::training_set(&snap, &plan)?;
         clock.mark("training set");
         let prior = self.prior(&set, guarantee);
+        let prior_counts = self.prior_counts(&set, guarantee, trainer.name());
         let (mut fitted, mut rng, mut set) =
-            steps::fit(trainer.clone(), set, &self.config, prior).await?;
+            steps::fit(trainer.clone(), set, &self.config, prior, prior_counts).await?;
         clock.mark("fit");
         let (counts, pop_charges) = match guarantee {
             // Nothing charged pays for counts of who rated what: no popularity.
@@ -610,6 +611,27 @@ impl Retrainer {
                 _ => false,
             })
             .map(|p| p.reindexed(&set.user_ids, &set.item_ids))
+    }
+
+    /// The counts filter state of the last published release, when a release of the same
+    /// trainer under a guarantee that covers this one's (as [`Self::prior`]) published it,
+    /// re-indexed to this release's items. The trainer checks that it counts the same
+    /// thing ([`crate::train::topn::history::CountHistory::basis`]).
+    fn prior_counts(
+        &self,
+        set: &TrainingSet,
+        release: Guarantee,
+        trainer: &str,
+    ) -> Option<crate::train::topn::history::CountHistory> {
+        let p = self.registry.current()?;
+        let covers = match p.guarantee {
+            Guarantee::Proven => matches!(release, Guarantee::Proven | Guarantee::RatingLevel),
+            Guarantee::RatingLevel => release == Guarantee::RatingLevel,
+            _ => false,
+        };
+        (covers && p.trainer == trainer)
+            .then(|| p.count_history(&set.item_ids))
+            .flatten()
     }
 
     fn served_form(

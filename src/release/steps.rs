@@ -312,12 +312,14 @@ fn dense_positions(flags: &[bool]) -> Vec<u32> {
 /// Step 3: trains off the async runtime; a panic or a trainer error is a failed release
 /// (nothing charged). Returns the fit, the generator for the release's further noise and
 /// the set (moved to the training thread and back, not copied: at 20M ratings a copy is
-/// half a gigabyte). `prior` is the last published proven model, re-indexed to this set.
+/// half a gigabyte). `prior` is the last published proven model, re-indexed to this set,
+/// `prior_counts` its counts filter state.
 pub async fn fit(
     trainer: Arc<dyn Trainer>,
     set: TrainingSet,
     cfg: &ReleaseConfig,
     prior: Option<FactorModel>,
+    prior_counts: Option<crate::train::topn::history::CountHistory>,
 ) -> Result<(Fitted, DpRng, TrainingSet), ReleaseError> {
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();
@@ -333,6 +335,7 @@ pub async fn fit(
                 budgets: Some(&set.budgets),
                 rating_rho: Some(&set.rho),
                 prior: prior.as_ref(),
+                prior_counts: prior_counts.as_ref(),
                 labels: Some(crate::train::Labels {
                     users: &set.user_ids,
                     items: &set.item_ids,

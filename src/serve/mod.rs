@@ -381,6 +381,16 @@ impl Published {
         out
     }
 
+    /// The served ranker's counts filter state ([`Ranker::count_history`]), re-indexed to
+    /// `items` by id (an item this release did not have starts with no earlier count).
+    pub fn count_history(
+        &self,
+        items: &[String],
+    ) -> Option<crate::train::topn::history::CountHistory> {
+        let h = self.ranker.as_ref()?.count_history()?;
+        Some(h.reindexed(items.len(), |j| self.item_index(&items[j])))
+    }
+
     /// Items most similar to `item`: by the served ranker's own DP item-item statistics
     /// when it has them ([`Ranker::similar`]: a neighbourhood model's `s_ij`, or a top-N
     /// model's neighbours among its candidates from its DP Gram), else by

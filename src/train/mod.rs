@@ -97,6 +97,9 @@ pub struct TrainData<'a> {
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
+    /// The last published release's counts filter state ([`topn::history`]), re-indexed to
+    /// these items: published outputs, so public inputs of this release's counts.
+    pub prior_counts: Option<&'a topn::history::CountHistory>,
     /// The external user and item ids of the indices (the store's), when known: the
     /// keyed subset hash of `dp-topn` reads them so that a database computes the same
     /// rows (`train::topn::suffstats`). `None`: the decimal indices stand for them.
@@ -120,6 +123,7 @@ impl<'a> TrainData<'a> {
             budgets: None,
             rating_rho: None,
             prior: None,
+            prior_counts: None,
             labels: None,
         }
     }

@@ -44,6 +44,13 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The state of the filter that combined this model's DP counts with the earlier
+    /// releases' (post-processing; the next release continues it); `None` when the model
+    /// keeps none.
+    fn count_history(&self) -> Option<&crate::train::topn::history::CountHistory> {
+        None
+    }
+
     /// Why `item` scores as it does for a user whose own ratings are `own`: at most
     /// [`EXPLANATIONS`] of the user's own rated items with their contribution to the
     /// score, the largest `|contribution|` first. Only items of `own` appear (the user's

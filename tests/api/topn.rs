@@ -19,11 +19,25 @@ fn taste_data(n_users: usize) -> Tastes {
 }
 
 async fn ingest_all(app: &TestApp, train: &[(String, String, f64)]) {
+    ingest_at(app, train, 10.0).await;
+}
+
+/// Ingests `train` with eps_ij `eps` for every rating.
+async fn ingest_at(app: &TestApp, train: &[(String, String, f64)], eps: f64) {
     let rows: Vec<(&str, &str, f64, Option<f64>)> = train
         .iter()
-        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(10.0)))
+        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(eps)))
         .collect();
     app.ingest(&rows).await;
+}
+
+/// The top-N settings with rating budgets that carry several releases: ratings ingested
+/// at eps_ij 50 (allowed up to 100), half of what is left offered to a release.
+fn several_release_settings(url: &str) -> dprec::config::Settings {
+    let mut s = topn_settings(url);
+    s.budget.max_rating_eps = 100.0;
+    s.budget.share = "fraction:0.5".parse().unwrap();
+    s
 }
 
 /// The service's default over 200 taste users, with one release of their ratings.
@@ -165,16 +179,10 @@ both_backends!(own_ratings_answer_without_retrain_and_after_restart);
 /// release, and within eps_ij.
 async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
     let data = taste_data(200);
-    let mut s = topn_settings(url);
-    s.budget.max_rating_eps = 100.0;
-    s.budget.share = "fraction:0.5".parse().unwrap();
-    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
-    let rows: Vec<(&str, &str, f64, Option<f64>)> = data
-        .train
-        .iter()
-        .map(|(u, i, v)| (u.as_str(), i.as_str(), *v, Some(50.0)))
-        .collect();
-    app.ingest(&rows).await;
+    let app = TestApp::try_spawn(several_release_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_at(&app, &data.train, 50.0).await;
     let first = app.retrain().await;
     assert_eq!(first.status, "succeeded", "{first:?}");
     let (_, cur) = app.get("/v1/models/current", READER).await;
@@ -310,3 +318,48 @@ async fn default_split_on_a_small_store_serves_dp_popularity(url: &str) {
     app.stop().await;
 }
 both_backends!(default_split_on_a_small_store_serves_dp_popularity);
+
+/// The counts filter state ([`dprec::train::topn::history`]) stored with a release.
+async fn stored_history(app: &TestApp) -> dprec::train::topn::history::CountHistory {
+    let row = app.store.latest_model().await.unwrap().unwrap();
+    let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
+    match stored.ranker.expect("dp-topn stores its ranker") {
+        dprec::train::StoredRanker::Item { model } => {
+            let h = model.history.expect("the default combines releases");
+            assert_eq!(h.mean, model.fill, "the served counts are the filter's");
+            h
+        }
+        other => panic!("dp-topn serves an item ranker, not {other:?}"),
+    }
+}
+
+/// Every release's served counts continue the previous release's filter state, also
+/// after a restart (the state is stored with the release and reloaded with it): the
+/// chain grows one release at a time and the variance of every item falls.
+async fn served_counts_combine_releases_across_a_restart(url: &str) {
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(several_release_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_at(&app, &data.train, 50.0).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let first = stored_history(&app).await;
+    assert_eq!(first.releases, 1);
+    let second_job = app.retrain().await;
+    assert_eq!(second_job.status, "succeeded", "{second_job:?}");
+    let second = stored_history(&app).await;
+    assert_eq!(second.releases, 2);
+    assert!(second.var.iter().zip(&first.var).all(|(b, a)| b < a));
+    app.stop().await;
+
+    let again = TestApp::try_spawn(several_release_settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    let third_job = again.retrain().await;
+    assert_eq!(third_job.status, "succeeded", "{third_job:?}");
+    let third = stored_history(&again).await;
+    assert_eq!(third.releases, 3);
+    assert!(third.var.iter().zip(&second.var).all(|(c, b)| c < b));
+    again.stop().await;
+}
+both_backends!(served_counts_combine_releases_across_a_restart);

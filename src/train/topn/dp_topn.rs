@@ -44,6 +44,7 @@ use crate::rng::DpRng;
 use crate::train::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
 };
+use crate::train::topn::history::{drift_for, CountHistory};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
@@ -811,6 +812,9 @@ pub struct DpTopN {
     pub noise_factor: f64,
     /// Which ratings a release counts.
     pub liked: Liked,
+    /// Whether the served counts combine this release's with the earlier releases'
+    /// ([`history`](crate::train::topn::history); post-processing, no charge).
+    pub combine_releases: bool,
 }
 
 impl Default for DpTopN {
@@ -836,6 +840,7 @@ impl Default for DpTopN {
             eps_r: served_eps_r(),
             noise_factor: 1.0,
             liked: Liked::DEFAULT,
+            combine_releases: true,
         }
     }
 }
@@ -885,6 +890,7 @@ impl DpTopN {
             // release (its params show the factor).
             noise_factor: p.positive("noise_factor", 1.0)?,
             liked: Liked::from_params(p, d.liked)?,
+            combine_releases: p.bool("combine_releases", d.combine_releases)?,
         };
         p.reject_unknown("dp-topn")?;
         if t.noise_factor < 1.0 {
@@ -1163,6 +1169,47 @@ impl DpTopN {
         Ok((if gram { Split::Gram } else { Split::Counts }, Some(record)))
     }
 
+    /// What the counts count (the contribution rule on this scale): a release's counts
+    /// are combined only with earlier counts of the same basis.
+    pub fn count_basis(&self, scale: crate::data::RatingScale) -> String {
+        let c = Contribution {
+            liked_min: self.liked.min_value(scale),
+            ..self.contribution
+        };
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+
+    /// Step 6a (post-processing): the served counts combine this release's counts with
+    /// the previous release's filter state (`data.prior_counts`, published outputs) by
+    /// [`CountHistory::update`] at the plan's drift; where no Gram was released the
+    /// candidates are re-selected from the combined counts at the same threshold. The
+    /// candidates of a Gram release stay (the Gram is over them). Returns the state to
+    /// publish (`None` when `combine_releases` is off).
+    pub fn combine_counts(
+        &self,
+        rel: &mut GramRelease,
+        data: &TrainData<'_>,
+    ) -> Result<Option<CountHistory>, TrainError> {
+        if !self.combine_releases {
+            return Ok(None);
+        }
+        let h = CountHistory::update(
+            data.prior_counts,
+            &self.count_basis(data.scale),
+            &rel.noisy_counts,
+            rel.sigma_count,
+            drift_for(self.plan.releases),
+        )?;
+        if h.releases > 1 {
+            rel.noisy_counts.clone_from(&h.mean);
+            if rel.gram.is_empty() && !rel.candidates.is_empty() {
+                rel.candidates =
+                    select_candidates(&h.mean, self.threshold * rel.sigma_count, self.k);
+            }
+        }
+        Ok(Some(h))
+    }
+
     /// Step 7 (post-processing): the published item-side ranker.
     pub fn solve(&self, rel: &GramRelease, n_items: usize) -> Result<ItemRanker, TrainError> {
         let k = rel.candidates.len();
@@ -1347,6 +1394,7 @@ impl Trainer for DpTopN {
             "pop_weight": self.pop_weight, "delta_r": self.delta_r,
             "eps_r": self.eps_r, "noise_factor": self.noise_factor,
             "liked": self.liked.param(), "unliked_weight": self.contribution.unliked_weight,
+            "combine_releases": self.combine_releases,
         });
         for (key, val) in solver_keys {
             v[key] = val;
@@ -1399,8 +1447,9 @@ impl Trainer for DpTopN {
     }
 
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
-        let rel = self.release(data, rng)?;
-        let ranker = self.solve(&rel, data.matrix.n_items)?;
+        let mut rel = self.release(data, rng)?;
+        let history = self.combine_counts(&mut rel, data)?;
+        let ranker = self.solve(&rel, data.matrix.n_items)?.with_history(history);
         let model = item_side_model(&ranker, &rel, data);
         Ok(Fitted {
             model,
@@ -1770,6 +1819,70 @@ mod tests {
             });
             assert_eq!(list, by_count[..10], "seed {seed}");
         }
+    }
+
+    /// The served counts of a release with a prior state are the filter's combination of
+    /// that state and this release's own counts (the same seed gives the same own counts
+    /// with or without the prior: the prior is read only after the noise is drawn), the
+    /// candidates are re-selected from them, and a prior of another basis is ignored.
+    #[test]
+    fn served_counts_combine_the_prior_state_by_the_filter() {
+        let r = synthetic(150, 400, 40);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["split=counts"]);
+        let alone = t.fit(&data, &mut crate::rng::seeded(3)).unwrap();
+        let ranker = |f: &Fitted| match f.ranker.as_ref().unwrap().stored().unwrap() {
+            crate::train::ranker::StoredRanker::Item { model } => model,
+            _ => unreachable!("dp-topn serves an item ranker"),
+        };
+        let first = ranker(&alone).history.unwrap();
+        assert_eq!(first.releases, 1);
+        assert_eq!(first.mean, ranker(&alone).fill, "alone: its own counts");
+        let sigma = first.var[0].sqrt();
+
+        // A prior state: every item at 100 with variance sigma^2 / 2.
+        let prior = CountHistory {
+            basis: t.count_basis(data.scale),
+            mean: vec![100.0; 400],
+            var: vec![sigma * sigma / 2.0; 400],
+            releases: 4,
+        };
+        let with = TrainData {
+            prior_counts: Some(&prior),
+            ..data
+        };
+        let fitted = t.fit(&with, &mut crate::rng::seeded(3)).unwrap();
+        let served = ranker(&fitted);
+        let h = served.history.clone().unwrap();
+        assert_eq!(h.releases, 5);
+        let q = drift_for(t.plan.releases);
+        let predicted = sigma * sigma * (0.5 + q);
+        let gain = predicted / (predicted + sigma * sigma);
+        for j in 0..400 {
+            let want = 100.0 + gain * (first.mean[j] - 100.0);
+            assert!((h.mean[j] - want).abs() < 1e-9, "item {j}");
+            assert!((served.fill[j] - want).abs() < 1e-9);
+        }
+        let want = select_candidates(&h.mean, t.threshold * sigma, t.k);
+        assert_eq!(served.candidates, want);
+
+        // Counts of another contribution rule are not combined.
+        let other = CountHistory {
+            basis: "another rule".into(),
+            ..prior.clone()
+        };
+        let with_other = TrainData {
+            prior_counts: Some(&other),
+            ..data
+        };
+        let f = t.fit(&with_other, &mut crate::rng::seeded(3)).unwrap();
+        assert_eq!(ranker(&f).history.unwrap(), first);
+        // Switched off: no state, the release's own counts.
+        let off = trainer(&["split=counts", "combine_releases=false"]);
+        let f = off.fit(&with, &mut crate::rng::seeded(3)).unwrap();
+        assert!(ranker(&f).history.is_none());
+        assert_eq!(ranker(&f).fill, first.mean);
     }
 
     /// Where many users share tastes (one release), the rule spends the rest on the Gram

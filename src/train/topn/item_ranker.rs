@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::train::ranker::SimilarBasis;
+use crate::train::topn::history::CountHistory;
 use crate::train::Ranker;
 
 /// How candidate items are scored from the user's row.
@@ -47,6 +48,10 @@ pub struct ItemRanker {
     /// Similar items among the candidates ([`Neighbours`]); empty for rows stored before
     /// they existed (the service then uses the item profiles).
     pub neighbours: Neighbours,
+    /// The counts filter's state after this release ([`CountHistory`]; `fill` and the
+    /// candidates' popularity are its estimates), kept for the next release; `None` for
+    /// rows stored before it existed or models that do not combine releases.
+    pub history: Option<CountHistory>,
     cand_pos: Vec<u32>,
     pop_max: f64,
 }
@@ -65,6 +70,8 @@ pub struct ItemRankerParts {
     pub fill: Vec<f64>,
     #[serde(default, skip_serializing_if = "Neighbours::is_empty")]
     pub neighbours: Neighbours,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<CountHistory>,
 }
 
 /// Up to `per_item` most similar other candidates of every candidate, best first:
@@ -143,6 +150,7 @@ impl From<ItemRanker> for ItemRankerParts {
             pop_weight: r.pop_weight,
             fill: r.fill,
             neighbours: r.neighbours,
+            history: r.history,
         }
     }
 }
@@ -172,6 +180,15 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
                 "item ranker neighbours do not match {k} candidates"
             ));
         }
+        if let Some(h) = &p.history {
+            let finite = h.var.iter().all(|v| v.is_finite() && *v > 0.0);
+            if h.mean.len() != p.n_items || h.var.len() != p.n_items || !finite {
+                return Err(format!(
+                    "item ranker count history does not match {} items",
+                    p.n_items
+                ));
+            }
+        }
         if !p.fill.is_empty() && p.fill.len() != p.n_items {
             return Err(format!(
                 "item ranker fill does not match {} items",
@@ -186,7 +203,8 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
             p.pop_weight,
         )
         .with_fill(p.fill)
-        .with_neighbours(p.neighbours))
+        .with_neighbours(p.neighbours)
+        .with_history(p.history))
     }
 }
 
@@ -222,6 +240,7 @@ impl ItemRanker {
             pop_weight,
             fill: Vec::new(),
             neighbours: Neighbours::default(),
+            history: None,
             cand_pos,
             pop_max: if pop_max > 0.0 { pop_max } else { 1.0 },
         }
@@ -235,6 +254,15 @@ impl ItemRanker {
             "one count per item"
         );
         self.fill = fill;
+        self
+    }
+
+    /// The same model with the counts filter's state after its release.
+    pub fn with_history(mut self, history: Option<CountHistory>) -> Self {
+        if let Some(h) = &history {
+            assert_eq!(h.mean.len(), self.n_items, "one estimate per item");
+        }
+        self.history = history;
         self
     }
 
@@ -296,6 +324,10 @@ impl Ranker for ItemRanker {
         Some(crate::train::ranker::StoredRanker::Item {
             model: self.clone(),
         })
+    }
+
+    fn count_history(&self) -> Option<&CountHistory> {
+        self.history.as_ref()
     }
 
     fn popularity_counts(&self) -> Option<Vec<f64>> {

@@ -4,6 +4,7 @@
 
 pub mod continual;
 pub mod dp_topn;
+pub mod history;
 pub mod item_ranker;
 pub mod references;
 pub mod suffstats;

@@ -92,7 +92,8 @@ impl DpPopularity {
     /// `dp-topn`: 52 releases in eps_u 10, delta_u 1e-6), `cap`, `count_clip`, `liked`
     /// (default `all`: every rating counts 1) and `unliked_weight` (with `liked=top`),
     /// `threshold`, `delta_r`, `eps_r` (default the served first-release share, `none`:
-    /// full part), `noise_factor`.
+    /// full part), `noise_factor`, `combine_releases` (default `true`: in the service the
+    /// counts served combine the earlier releases', as `dp-topn`'s).
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
         let d = DpTopN::default();
         let eps_r = dp_topn::eps_r_param(p, d.eps_r)?;
@@ -119,6 +120,7 @@ impl DpPopularity {
             // As for dp-topn: 1 at the default plan; `eval` repeats a service's factor
             // for a stricter plan with it.
             noise_factor: p.positive("noise_factor", 1.0)?,
+            combine_releases: p.bool("combine_releases", d.combine_releases)?,
             ..d
         };
         p.reject_unknown("dp-popularity")?;
@@ -151,6 +153,7 @@ impl Trainer for DpPopularity {
             "threshold": t.threshold, "delta_r": t.delta_r, "eps_r": t.eps_r,
             "noise_factor": t.noise_factor, "liked": t.liked.param(),
             "unliked_weight": t.contribution.unliked_weight,
+            "combine_releases": t.combine_releases,
         })
     }
     fn guarantee(&self) -> Guarantee {
@@ -179,11 +182,13 @@ impl Trainer for DpPopularity {
         true
     }
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
-        let rel = self.inner.release_counts_only(data, rng)?;
+        let mut rel = self.inner.release_counts_only(data, rng)?;
+        let history = self.inner.combine_counts(&mut rel, data)?;
         let r = dp_popularity_ranker(
             rel.noisy_counts.clone(),
             self.inner.threshold * rel.sigma_count,
-        );
+        )
+        .with_history(history);
         Ok(Fitted {
             model: item_model(data, &rel.noisy_counts),
             charges: rel.charges,
