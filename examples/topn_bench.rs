@@ -4,7 +4,12 @@
 //! ```text
 //! cargo run --release --example topn_bench -- --preset ml20m [--scale N] [--quality]
 //!     [--releases 52] [--eps 10] [--param key=value ...] [--rank-users 5000] [--seed 42]
+//!     [--releases-seen N]
 //! ```
+//!
+//! `--releases-seen N` (quality): every DP trainer is fitted N times on the training split,
+//! each fit continuing the previous one's counts filter state (`dprec::eval::AfterReleases`:
+//! what the service serves after N releases of an unchanged store).
 //!
 //! Speed: generate the preset, build the sparse views, then time `Trainer::fit` of
 //! `dp-topn` (default plan unless overridden) on all ratings. Quality: a seeded 80/20
@@ -18,7 +23,7 @@ use std::time::Instant;
 use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::{Interactions, Ratings};
 use dprec::eval::{ranking_metrics, RankingConfig};
-use dprec::train::{self, Params, Ranker, TrainData};
+use dprec::train::{self, Params, Ranker, TrainData, Trainer};
 use rand::Rng;
 
 fn peak_rss() -> String {
@@ -39,6 +44,7 @@ fn main() -> anyhow::Result<()> {
     let mut quality = false;
     let mut params: Vec<String> = Vec::new();
     let mut rank_users = 5000usize;
+    let mut releases_seen = 1u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -50,9 +56,11 @@ fn main() -> anyhow::Result<()> {
             "--eps" => params.push(format!("eps={}", args.next().unwrap_or_default())),
             "--param" => params.push(args.next().unwrap_or_default()),
             "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
+            "--releases-seen" => releases_seen = args.next().unwrap_or_default().parse()?,
             other => anyhow::bail!(
                 "unknown argument {other:?} (--preset NAME, --scale N, --quality, \
-                 --releases N, --eps X, --param k=v, --rank-users N, --seed N)"
+                 --releases N, --eps X, --param k=v, --rank-users N, --seed N, \
+                 --releases-seen N)"
             ),
         }
     }
@@ -158,7 +166,10 @@ fn main() -> anyhow::Result<()> {
         runs.push(("ease", "ease", Vec::new()));
     }
     for (name, trainer, tp) in runs {
-        let t = train::build(trainer, &Params::parse(&tp)?)?;
+        let t = dprec::eval::AfterReleases {
+            inner: std::sync::Arc::from(train::build(trainer, &Params::parse(&tp)?)?),
+            releases: releases_seen,
+        };
         let start = Instant::now();
         let fitted = t.fit(
             &TrainData::new(&train_r, &m, data.scale),

@@ -6,8 +6,10 @@
 # popularity and EASE (where affordable) for reference, and what the releases spent the
 # rest of their budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
 # Release build first: nice -n 10 cargo build --release --bin dprec --example topn_bench
-# Usage: scripts/topn_suite.sh [--large] [--param key=value ...]
+# Usage: scripts/topn_suite.sh [--large] [--releases-seen N] [--param key=value ...]
 #   --large    adds the ML-20M-size taste preset (138k users, 20M ratings; three seeds)
+#   --releases-seen N   every DP trainer as served after N releases of an unchanged store
+#              (counts combined across releases; default 1: a first release)
 #   --param    passed to dp-topn on every shape (e.g. --param split=gram)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,12 +19,14 @@ ML=${DPREC_ML100K_DIR:-../shared/datasets/ml-100k}
 # dp-topn and dp-popularity default to the service's calibration (plan, filter, eps_r 1.2);
 # on the presets every rating takes full part (eps_r=none), as in the figures so far.
 large=0
+seen=1
 params=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --large) large=1; shift ;;
+    --releases-seen) seen=$2; shift 2 ;;
     --param) params+=("$2"); shift 2 ;;
-    *) echo "unknown argument $1 (--large, --param key=value)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (--large, --releases-seen N, --param key=value)" >&2; exit 2 ;;
   esac
 done
 extra=""
@@ -34,7 +38,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 # dprec eval prints the fold mean last; its NDCG@10 column.
-ndcg_eval() { nice -n 10 $B eval --data "$ML" --trainer "$1" --seed "$2" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
+ndcg_eval() { nice -n 10 $B eval --data "$ML" --trainer "$1" --seed "$2" --releases-seen "$seen" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
 row() { # shape, branches, liked DP popularity, popularity, ease, then "topn pop" pairs
   python3 -c '
 import sys
@@ -63,7 +67,7 @@ for shape in "${shapes[@]}"; do
   npop="" ease="" liked=""
   for s in 42 1 7; do
     nice -n 10 $T --preset "$shape" --quality --seed "$s" --param eps_r=none \
-      "${bench_params[@]}" --rank-users 3000 >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+      "${bench_params[@]}" --rank-users 3000 --releases-seen "$seen" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
     get() { grep -E "^$1 " "$log" | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}'; }
     v+=("$(get dp-topn)" "$(get dp-popularity)")
     npop+="$(get popularity) "

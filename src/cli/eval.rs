@@ -86,6 +86,12 @@ pub struct EvalArgs {
     /// Skip the ranking metrics (RMSE/MAE only).
     #[arg(long)]
     pub no_ranking: bool,
+    /// Evaluate what the service serves after this many releases of an unchanged store:
+    /// each trainer is fitted this many times per fold, every fit continuing the previous
+    /// one's counts filter state (`dp-topn`, `dp-popularity`: docs/privacy/dp-topn.md
+    /// section 3a); 1 is a first release.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub releases_seen: u64,
     /// Rank at most this many test users per fold (an evenly spaced subset; for very
     /// large data) [default: all].
     #[arg(long)]
@@ -212,6 +218,17 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
 
 /// The trainers of `--trainer` (and `--references`), one per sweep point where the
 /// trainer has the swept parameter.
+/// The trainer as served after `--releases-seen` releases ([`eval::AfterReleases`]).
+fn seen(args: &EvalArgs, trainer: Box<dyn Trainer>) -> Arc<dyn Trainer> {
+    match args.releases_seen {
+        0 | 1 => Arc::from(trainer),
+        releases => Arc::new(eval::AfterReleases {
+            inner: Arc::from(trainer),
+            releases,
+        }),
+    }
+}
+
 fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     let mut specs = args.trainers.clone();
@@ -233,7 +250,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
         let Some((key, values)) = sweep else {
             let trainer =
                 train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-            jobs.push((spec.clone(), Arc::from(trainer), None));
+            jobs.push((spec.clone(), seen(args, trainer), None));
             continue;
         };
         for &v in values {
@@ -242,7 +259,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
             match train::build(&name, &p) {
                 Ok(trainer) => jobs.push((
                     spec.clone(),
-                    Arc::from(trainer),
+                    seen(args, trainer),
                     Some(SweepPoint {
                         param: key.clone(),
                         value: v,
@@ -253,7 +270,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
                 Err(TrainError::Param(ParamError::Unknown { unknown, .. })) if unknown == *key => {
                     let trainer =
                         train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-                    jobs.push((spec.clone(), Arc::from(trainer), None));
+                    jobs.push((spec.clone(), seen(args, trainer), None));
                     break;
                 }
                 Err(e) => return Err(e).with_context(|| format!("--trainer {spec}")),

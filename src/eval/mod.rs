@@ -239,6 +239,71 @@ pub fn summarize(folds: &[FoldResult]) -> (Summary, Summary) {
     )
 }
 
+/// A trainer as the service serves it after `releases` releases of a store whose ratings
+/// do not change: fitted `releases` times on the same data (fresh noise each time), each
+/// fit continuing the previous one's counts filter state (`train::topn::history`); the
+/// last fit is the result and its charges are one release's. The upper end of what
+/// combining releases buys: a live store's counts also drift between releases (the replay
+/// by time, `scripts/continual_replay.sh`, measures that). Trainers without such a state
+/// are fitted `releases` times for nothing.
+pub struct AfterReleases {
+    pub inner: std::sync::Arc<dyn Trainer>,
+    pub releases: u64,
+}
+
+impl Trainer for AfterReleases {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn params(&self) -> serde_json::Value {
+        let mut p = self.inner.params();
+        if let Some(o) = p.as_object_mut() {
+            o.insert("releases_seen".into(), self.releases.into());
+        }
+        p
+    }
+    fn guarantee(&self) -> Guarantee {
+        self.inner.guarantee()
+    }
+    fn planned_user_event(&self) -> Option<crate::accountant::PrivacyEvent> {
+        self.inner.planned_user_event()
+    }
+    fn user_level_event(&self, max_ratings: u64) -> Option<crate::accountant::PrivacyEvent> {
+        self.inner.user_level_event(max_ratings)
+    }
+    fn rating_cap(&self) -> Option<f64> {
+        self.inner.rating_cap()
+    }
+    fn scaled(&self, factor: f64) -> Option<Box<dyn Trainer>> {
+        let inner = self.inner.scaled(factor)?;
+        Some(Box::new(Self {
+            inner: std::sync::Arc::from(inner),
+            releases: self.releases,
+        }))
+    }
+    fn publishes_popularity(&self) -> bool {
+        self.inner.publishes_popularity()
+    }
+    fn fit(
+        &self,
+        data: &TrainData<'_>,
+        rng: &mut rng::DpRng,
+    ) -> Result<crate::train::Fitted, TrainError> {
+        let mut state = data.prior_counts.cloned();
+        let mut fitted = None;
+        for _ in 0..self.releases.max(1) {
+            let d = TrainData {
+                prior_counts: state.as_ref(),
+                ..*data
+            };
+            let f = self.inner.fit(&d, rng)?;
+            state = f.ranker.as_ref().and_then(|r| r.count_history().cloned());
+            fitted = Some(f);
+        }
+        fitted.ok_or(TrainError::EmptyData)
+    }
+}
+
 /// Mean and sample standard deviation of `f` over the folds (NaN propagates).
 fn stat_by(folds: &[FoldResult], f: impl Fn(&FoldResult) -> f64) -> (f64, f64) {
     let n = folds.len() as f64;
@@ -284,6 +349,37 @@ pub fn cross_validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `AfterReleases` continues the counts filter state from fit to fit: after 3 fits the
+    /// served state combines 3 releases, and with one it is a first release.
+    #[test]
+    fn after_releases_continues_the_counts_state() {
+        let mut r = Ratings::with_dims(60, 30);
+        for u in 0..60u32 {
+            for t in 0..6u32 {
+                r.push(u, (u + t * t) % 30, 4.0);
+            }
+        }
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let inner: std::sync::Arc<dyn Trainer> = std::sync::Arc::from(
+            crate::train::build(
+                "dp-popularity",
+                &crate::train::Params::parse(&["eps_r=none"]).unwrap(),
+            )
+            .unwrap(),
+        );
+        for (releases, want) in [(1, 1), (3, 3)] {
+            let t = AfterReleases {
+                inner: inner.clone(),
+                releases,
+            };
+            let f = t.fit(&data, &mut rng::seeded(1)).unwrap();
+            let h = f.ranker.as_ref().unwrap().count_history().unwrap();
+            assert_eq!(h.releases, want);
+            assert_eq!(t.params()["releases_seen"], releases);
+        }
+    }
 
     #[test]
     fn metrics_match_hand_computation() {

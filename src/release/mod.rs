@@ -526,6 +526,13 @@ impl Retrainer {
             eps: if private { pop_eps } else { 0.0 },
             counts,
         };
+        // A release that combines its counts with earlier ones is judged by the operator-
+        // safety rule on its own counts (their DP total), not the combined ones.
+        let own_total = fitted
+            .ranker
+            .as_ref()
+            .and_then(|r| r.count_history())
+            .and_then(|h| h.own_total);
         let stored_ranker = fitted.ranker.as_ref().and_then(|r| r.stored());
         let stored = stored_ranker.is_some();
         let rec = steps::record(RecordInput {
@@ -548,7 +555,7 @@ impl Retrainer {
         // the operator-safety rule does not apply to it (docs/LEDGER.md).
         let shortfall = match guarantee {
             Guarantee::LocalDp => None,
-            _ => self.input_shortfall(&popularity.counts),
+            _ => self.input_shortfall(&popularity.counts, own_total),
         };
         let published = self.served_form(&rec, fitted.model, ranker, set, popularity.counts)?;
         clock.mark("popularity, charges, record");
@@ -558,8 +565,11 @@ impl Retrainer {
         out
     }
 
-    /// [`input_shortfall`] of a release's DP counts against the served model's.
-    fn input_shortfall(&self, counts: &[i64]) -> Option<InputShortfall> {
+    /// [`input_shortfall`] of a release's DP counts (or of `own_total`, the total of its
+    /// own counts before they were combined across releases) against the served model's.
+    fn input_shortfall(&self, counts: &[i64], own_total: Option<f64>) -> Option<InputShortfall> {
+        let own = own_total.map(|t| [t.round() as i64]);
+        let counts = own.as_ref().map_or(counts, |t| &t[..]);
         let served = self.registry.current();
         let served = served
             .as_ref()

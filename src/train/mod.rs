@@ -83,6 +83,7 @@ pub enum TrainError {
 
 /// Training input: the ratings, both sparse views, the rating scale, and what the
 /// curator knows beyond the ratings.
+#[derive(Clone, Copy)]
 pub struct TrainData<'a> {
     pub ratings: &'a Ratings,
     pub matrix: &'a Interactions,

@@ -333,16 +333,22 @@ async fn stored_history(app: &TestApp) -> dprec::train::topn::history::CountHist
     }
 }
 
-/// Every release's served counts continue the previous release's filter state, also
-/// after a restart (the state is stored with the release and reloaded with it): the
-/// chain grows one release at a time and the variance of every item falls.
-async fn served_counts_combine_releases_across_a_restart(url: &str) {
+/// 200 taste users ingested under [`several_release_settings`], and one release.
+async fn several_release_service(url: &str) -> (Tastes, TestApp) {
     let data = taste_data(200);
     let app = TestApp::try_spawn(several_release_settings(url), None, Hooks::default())
         .await
         .unwrap();
     ingest_at(&app, &data.train, 50.0).await;
     assert_eq!(app.retrain().await.status, "succeeded");
+    (data, app)
+}
+
+/// Every release's served counts continue the previous release's filter state, also
+/// after a restart (the state is stored with the release and reloaded with it): the
+/// chain grows one release at a time and the variance of every item falls.
+async fn served_counts_combine_releases_across_a_restart(url: &str) {
+    let (_, app) = several_release_service(url).await;
     let first = stored_history(&app).await;
     assert_eq!(first.releases, 1);
     let second_job = app.retrain().await;
@@ -363,3 +369,21 @@ async fn served_counts_combine_releases_across_a_restart(url: &str) {
     again.stop().await;
 }
 both_backends!(served_counts_combine_releases_across_a_restart);
+
+/// The operator-safety rule (`retrain.min_input_ratio`, 0.5 by default) judges a release
+/// by its own DP counts, not by the counts combined with earlier releases: after 150 of
+/// the 200 users are deleted the next release is refused. (The combined total would
+/// still be about 0.58 of the served one at this plan's drift: the rule would pass.)
+async fn a_fall_in_input_is_refused_although_counts_are_combined(url: &str) {
+    let (data, app) = several_release_service(url).await;
+    let users: std::collections::BTreeSet<&str> =
+        data.train.iter().map(|(u, _, _)| u.as_str()).collect();
+    for u in users.iter().take(150) {
+        let (st, body) = app.delete(&format!("/v1/users/{u}"), WRITER).await;
+        assert_eq!(st, 204, "{body}");
+    }
+    let job = app.retrain().await;
+    assert_eq!(job.status, "refused", "{job:?}");
+    app.stop().await;
+}
+both_backends!(a_fall_in_input_is_refused_although_counts_are_combined);

@@ -1847,6 +1847,7 @@ mod tests {
             mean: vec![100.0; 400],
             var: vec![sigma * sigma / 2.0; 400],
             releases: 4,
+            own_total: None,
         };
         let with = TrainData {
             prior_counts: Some(&prior),
@@ -1856,6 +1857,7 @@ mod tests {
         let served = ranker(&fitted);
         let h = served.history.clone().unwrap();
         assert_eq!(h.releases, 5);
+        assert_eq!(h.own_total, Some(first.mean.iter().sum()));
         let q = drift_for(t.plan.releases);
         let predicted = sigma * sigma * (0.5 + q);
         let gain = predicted / (predicted + sigma * sigma);

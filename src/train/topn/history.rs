@@ -28,6 +28,11 @@ pub struct CountHistory {
     pub var: Vec<f64>,
     /// How many releases the state combines (1: this release alone).
     pub releases: u64,
+    /// The sum of this release's own counts, before combining (a DP value): the
+    /// operator-safety rule (`retrain.min_input_ratio`) compares it, so that a sudden fall
+    /// of the input shows at once rather than at the filter's pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_total: Option<f64>,
 }
 
 /// The drift ratio of a plan of `releases` releases: `1 / T`.
@@ -71,6 +76,7 @@ impl CountHistory {
                 mean: counts.to_vec(),
                 var: vec![v; counts.len()],
                 releases: 1,
+                own_total: Some(counts.iter().sum()),
             });
         };
         let mut mean = Vec::with_capacity(counts.len());
@@ -93,6 +99,7 @@ impl CountHistory {
             mean,
             var,
             releases: p.releases + 1,
+            own_total: Some(counts.iter().sum()),
         })
     }
 
@@ -111,6 +118,7 @@ impl CountHistory {
             mean,
             var,
             releases: self.releases,
+            own_total: self.own_total,
         }
     }
 }
@@ -136,6 +144,7 @@ mod tests {
         assert!((h2.mean[0] - (10.0 + 5.0 / 9.0 * 9.0)).abs() < 1e-12);
         assert!((h2.var[0] - 4.0 * 5.0 / 9.0).abs() < 1e-12);
         assert_eq!(h2.releases, 2);
+        assert_eq!(h2.own_total, Some(19.0));
     }
 
     #[test]
