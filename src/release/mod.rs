@@ -232,6 +232,17 @@ pub fn input_shortfall(
     })
 }
 
+/// Whether a release under guarantee `release` may take inputs from a published release
+/// under `prior` ([`Retrainer::prior`]): a proven prior for a proven or rating-level
+/// release, a rating-level prior for a rating-level release only.
+fn prior_covers(prior: Guarantee, release: Guarantee) -> bool {
+    match prior {
+        Guarantee::Proven => matches!(release, Guarantee::Proven | Guarantee::RatingLevel),
+        Guarantee::RatingLevel => release == Guarantee::RatingLevel,
+        _ => false,
+    }
+}
+
 /// A published release: its id, and a note for the job when it was forced past the
 /// operator-safety rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -615,11 +626,7 @@ impl Retrainer {
     fn prior(&self, set: &TrainingSet, release: Guarantee) -> Option<crate::train::FactorModel> {
         self.registry
             .current()
-            .filter(|p| match p.guarantee {
-                Guarantee::Proven => matches!(release, Guarantee::Proven | Guarantee::RatingLevel),
-                Guarantee::RatingLevel => release == Guarantee::RatingLevel,
-                _ => false,
-            })
+            .filter(|p| prior_covers(p.guarantee, release))
             .map(|p| p.reindexed(&set.user_ids, &set.item_ids))
     }
 
@@ -634,12 +641,7 @@ impl Retrainer {
         trainer: &str,
     ) -> Option<crate::train::topn::history::CountHistory> {
         let p = self.registry.current()?;
-        let covers = match p.guarantee {
-            Guarantee::Proven => matches!(release, Guarantee::Proven | Guarantee::RatingLevel),
-            Guarantee::RatingLevel => release == Guarantee::RatingLevel,
-            _ => false,
-        };
-        (covers && p.trainer == trainer)
+        (prior_covers(p.guarantee, release) && p.trainer == trainer)
             .then(|| p.count_history(&set.item_ids))
             .flatten()
     }

@@ -548,6 +548,34 @@ mod tests {
         assert!((out[2] - (2.0 * w + 1.0)).abs() < 1e-12);
     }
 
+    /// A stored count history that does not fit the model is refused on load (a corrupt
+    /// row is an error, not a panic or a wrong combination later).
+    #[test]
+    fn stored_history_must_fit_the_catalogue() {
+        let h = |n: usize, v: f64| CountHistory {
+            basis: "b".into(),
+            mean: vec![1.0; n],
+            var: vec![v; n],
+            releases: 2,
+            own_total: None,
+        };
+        let parts = |history| ItemRankerParts {
+            n_items: 3,
+            candidates: vec![0],
+            popularity: vec![1.0],
+            scorer: ItemScorer::Popularity,
+            pop_weight: 0.0,
+            fill: Vec::new(),
+            neighbours: Neighbours::default(),
+            history,
+        };
+        let ok = ItemRanker::try_from(parts(Some(h(3, 2.0)))).unwrap();
+        assert_eq!(ok.count_history().unwrap().releases, 2);
+        for bad in [h(2, 2.0), h(3, 0.0), h(3, f64::INFINITY)] {
+            assert!(ItemRanker::try_from(parts(Some(bad))).is_err());
+        }
+    }
+
     /// With catalogue-wide DP counts a list holds `n` items whatever the candidates: one
     /// candidate (the user rated it, or not) or none; the rest by DP count, after every
     /// candidate, the user's items excluded by the caller.
