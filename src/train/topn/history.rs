@@ -41,11 +41,6 @@ pub fn drift_for(releases: u64) -> f64 {
 }
 
 impl CountHistory {
-    /// The state after one release with no earlier one: the counts themselves.
-    pub fn first(basis: &str, counts: &[f64], sigma: f64) -> Result<Self, TrainError> {
-        Self::update(None, basis, counts, sigma, 0.0)
-    }
-
     /// The state after this release's `counts` (noise sd `sigma`), given the state after
     /// the previous release (`prev`, aligned with `counts`; ignored when its basis or
     /// length differs). Pure post-processing of published values.
@@ -128,9 +123,14 @@ mod tests {
     use super::*;
     use crate::rng::seeded;
 
+    /// The state after one release with no earlier one.
+    fn first(basis: &str, counts: &[f64], sigma: f64) -> Result<CountHistory, TrainError> {
+        CountHistory::update(None, basis, counts, sigma, 0.0)
+    }
+
     #[test]
     fn first_release_is_its_counts() {
-        let h = CountHistory::first("b", &[3.0, -1.0], 2.0).unwrap();
+        let h = first("b", &[3.0, -1.0], 2.0).unwrap();
         assert_eq!(h.mean, vec![3.0, -1.0]);
         assert_eq!(h.var, vec![4.0, 4.0]);
         assert_eq!(h.releases, 1);
@@ -139,7 +139,7 @@ mod tests {
     /// One step by hand: prediction variance 4 + 0.25 * 4 = 5, gain 5 / 9.
     #[test]
     fn one_step_weighs_by_precision() {
-        let h = CountHistory::first("b", &[10.0], 2.0).unwrap();
+        let h = first("b", &[10.0], 2.0).unwrap();
         let h2 = CountHistory::update(Some(&h), "b", &[19.0], 2.0, 0.25).unwrap();
         assert!((h2.mean[0] - (10.0 + 5.0 / 9.0 * 9.0)).abs() < 1e-12);
         assert!((h2.var[0] - 4.0 * 5.0 / 9.0).abs() < 1e-12);
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn another_basis_or_a_new_item_starts_from_the_counts() {
-        let h = CountHistory::first("liked", &[10.0, 5.0], 2.0).unwrap();
+        let h = first("liked", &[10.0, 5.0], 2.0).unwrap();
         let other = CountHistory::update(Some(&h), "all", &[1.0, 2.0], 2.0, 0.1).unwrap();
         assert_eq!(other.mean, vec![1.0, 2.0]);
         assert_eq!(other.releases, 1);
@@ -164,9 +164,9 @@ mod tests {
 
     #[test]
     fn bad_sigma_or_drift_is_refused() {
-        assert!(CountHistory::first("b", &[1.0], 0.0).is_err());
-        assert!(CountHistory::first("b", &[1.0], f64::NAN).is_err());
-        let h = CountHistory::first("b", &[1.0], 1.0).unwrap();
+        assert!(first("b", &[1.0], 0.0).is_err());
+        assert!(first("b", &[1.0], f64::NAN).is_err());
+        let h = first("b", &[1.0], 1.0).unwrap();
         assert!(CountHistory::update(Some(&h), "b", &[1.0], 1.0, -0.1).is_err());
     }
 
