@@ -96,6 +96,7 @@ fn main() -> anyhow::Result<()> {
                 let t = AfterReleases {
                     inner: Arc::from(train::build(name, &Params::parse(&extra)?)?),
                     releases,
+                    arrivals: false,
                 };
                 let fitted = t.fit(&d, &mut dprec::rng::seeded(seed))?;
                 let r = fitted.ranker.as_ref().expect("a ranker");

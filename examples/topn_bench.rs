@@ -9,7 +9,8 @@
 //!
 //! `--releases-seen N` (quality): every DP trainer is fitted N times on the training split,
 //! each fit continuing the previous one's counts filter state (`dprec::eval::AfterReleases`:
-//! what the service serves after N releases of an unchanged store).
+//! what the service serves after N releases of an unchanged store). With `--arrivals` the
+//! store grows instead: release r of N sees a random r/N of the training ratings.
 //!
 //! Speed: generate the preset, build the sparse views, then time `Trainer::fit` of
 //! `dp-topn` (default plan unless overridden) on all ratings. Quality: a seeded 80/20
@@ -45,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     let mut params: Vec<String> = Vec::new();
     let mut rank_users = 5000usize;
     let mut releases_seen = 1u64;
+    let mut arrivals = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -57,10 +59,11 @@ fn main() -> anyhow::Result<()> {
             "--param" => params.push(args.next().unwrap_or_default()),
             "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
             "--releases-seen" => releases_seen = args.next().unwrap_or_default().parse()?,
+            "--arrivals" => arrivals = true,
             other => anyhow::bail!(
                 "unknown argument {other:?} (--preset NAME, --scale N, --quality, \
                  --releases N, --eps X, --param k=v, --rank-users N, --seed N, \
-                 --releases-seen N)"
+                 --releases-seen N, --arrivals)"
             ),
         }
     }
@@ -169,6 +172,7 @@ fn main() -> anyhow::Result<()> {
         let t = dprec::eval::AfterReleases {
             inner: std::sync::Arc::from(train::build(trainer, &Params::parse(&tp)?)?),
             releases: releases_seen,
+            arrivals,
         };
         let start = Instant::now();
         let fitted = t.fit(

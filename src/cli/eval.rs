@@ -225,6 +225,7 @@ fn seen(args: &EvalArgs, trainer: Box<dyn Trainer>) -> Arc<dyn Trainer> {
         releases => Arc::new(eval::AfterReleases {
             inner: Arc::from(trainer),
             releases,
+            arrivals: false,
         }),
     }
 }

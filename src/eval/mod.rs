@@ -244,11 +244,14 @@ pub fn summarize(folds: &[FoldResult]) -> (Summary, Summary) {
 /// fit continuing the previous one's counts filter state (`train::topn::history`); the
 /// last fit is the result and its charges are one release's. The upper end of what
 /// combining releases buys: a live store's counts also drift between releases (the replay
-/// by time, `scripts/continual_replay.sh`, measures that). Trainers without such a state
-/// are fitted `releases` times for nothing.
+/// by time, `scripts/continual_replay.sh`, measures that). A trainer without such a state
+/// is fitted once (with `arrivals`: for the first and the last release). With `arrivals`, the store grows instead:
+/// release `r` of `N` sees a random `r / N` of the ratings (uniform random arrival order,
+/// drawn from the run's generator), the last one all of them.
 pub struct AfterReleases {
     pub inner: std::sync::Arc<dyn Trainer>,
     pub releases: u64,
+    pub arrivals: bool,
 }
 
 impl Trainer for AfterReleases {
@@ -279,6 +282,7 @@ impl Trainer for AfterReleases {
         Some(Box::new(Self {
             inner: std::sync::Arc::from(inner),
             releases: self.releases,
+            arrivals: self.arrivals,
         }))
     }
     fn publishes_popularity(&self) -> bool {
@@ -289,16 +293,45 @@ impl Trainer for AfterReleases {
         data: &TrainData<'_>,
         rng: &mut rng::DpRng,
     ) -> Result<crate::train::Fitted, TrainError> {
+        let n = self.releases.max(1);
+        let mut order: Vec<usize> = Vec::new();
+        if self.arrivals {
+            use rand::seq::SliceRandom;
+            order = (0..data.ratings.len()).collect();
+            order.shuffle(rng);
+        }
         let mut state = data.prior_counts.cloned();
         let mut fitted = None;
-        for _ in 0..self.releases.max(1) {
+        let mut r = 0;
+        while r < n {
+            r += 1;
+            // The store as release `r` sees it (all of it without arrivals, or at the last).
+            let part = (self.arrivals && r < n).then(|| {
+                let mut idx = order[..(order.len() as u64 * r / n) as usize].to_vec();
+                idx.sort_unstable();
+                let ratings = data.ratings.select(&idx);
+                let matrix = Interactions::new(&ratings);
+                (ratings, matrix)
+            });
+            let base = match &part {
+                Some((ratings, matrix)) => TrainData::new(ratings, matrix, data.scale),
+                None => *data,
+            };
             let d = TrainData {
                 prior_counts: state.as_ref(),
-                ..*data
+                ..base
             };
             let f = self.inner.fit(&d, rng)?;
             state = f.ranker.as_ref().and_then(|r| r.count_history().cloned());
             fitted = Some(f);
+            if state.is_none() && r < n {
+                // Nothing carries over (a trainer without a counts state): only the last
+                // release's fit matters, and without arrivals this one saw what it sees.
+                if !self.arrivals {
+                    break;
+                }
+                r = n - 1;
+            }
         }
         fitted.ok_or(TrainError::EmptyData)
     }
@@ -351,7 +384,8 @@ mod tests {
     use super::*;
 
     /// `AfterReleases` continues the counts filter state from fit to fit: after 3 fits the
-    /// served state combines 3 releases, and with one it is a first release.
+    /// served state combines 3 releases (also when the store grows between them), and
+    /// with one it is a first release.
     #[test]
     fn after_releases_continues_the_counts_state() {
         let mut r = Ratings::with_dims(60, 30);
@@ -369,10 +403,11 @@ mod tests {
             )
             .unwrap(),
         );
-        for (releases, want) in [(1, 1), (3, 3)] {
+        for (releases, want, arrivals) in [(1, 1, false), (3, 3, false), (3, 3, true)] {
             let t = AfterReleases {
                 inner: inner.clone(),
                 releases,
+                arrivals,
             };
             let f = t.fit(&data, &mut rng::seeded(1)).unwrap();
             let h = f.ranker.as_ref().unwrap().count_history().unwrap();

@@ -351,22 +351,28 @@ async fn served_counts_combine_releases_across_a_restart(url: &str) {
     let (_, app) = several_release_service(url).await;
     let first = stored_history(&app).await;
     assert_eq!(first.releases, 1);
-    let second_job = app.retrain().await;
-    assert_eq!(second_job.status, "succeeded", "{second_job:?}");
-    let second = stored_history(&app).await;
-    assert_eq!(second.releases, 2);
-    assert!(second.var.iter().zip(&first.var).all(|(b, a)| b < a));
+    let second = next_state(&app, &first).await;
     app.stop().await;
 
     let again = TestApp::try_spawn(several_release_settings(url), None, Hooks::default())
         .await
         .unwrap();
-    let third_job = again.retrain().await;
-    assert_eq!(third_job.status, "succeeded", "{third_job:?}");
-    let third = stored_history(&again).await;
-    assert_eq!(third.releases, 3);
-    assert!(third.var.iter().zip(&second.var).all(|(c, b)| c < b));
+    next_state(&again, &second).await;
     again.stop().await;
+}
+
+/// One more release: it succeeds, its state combines one release more than `before`,
+/// and every item's variance falls.
+async fn next_state(
+    app: &TestApp,
+    before: &dprec::train::topn::history::CountHistory,
+) -> dprec::train::topn::history::CountHistory {
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let after = stored_history(app).await;
+    assert_eq!(after.releases, before.releases + 1);
+    assert!(after.var.iter().zip(&before.var).all(|(a, b)| a < b));
+    after
 }
 both_backends!(served_counts_combine_releases_across_a_restart);
 
