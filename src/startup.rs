@@ -177,6 +177,7 @@ fn http_server(
     let m = metrics;
     let server = HttpServer::new(move || {
         let m = m.clone();
+        let foreground = state.store.foreground().clone();
         App::new()
             .app_data(state.clone())
             .app_data(web::QueryConfig::default().error_handler(|e, _| {
@@ -196,9 +197,13 @@ fn http_server(
                 let start = Instant::now();
                 let method = req.method().to_string();
                 let m = m.clone();
+                // While it runs, a release commit steps aside between its transactions.
+                let busy = foreground.request();
                 let fut = srv.call(req);
                 async move {
-                    let res = fut.await?;
+                    let res = fut.await;
+                    drop(busy);
+                    let res = res?;
                     let route = res
                         .request()
                         .match_pattern()

@@ -277,8 +277,9 @@ impl Retrainer {
         let rec = self.tick_record(&series, t, &plan, &items, &counts, job_id, started_at)?;
         let published = self.tick_published(&rec, items, counts)?;
         clock.mark("estimate, record");
-        let id =
-            commit_release(&self.lane_writes, &rec, self.hooks.inside_commit.as_deref()).await?;
+        let id = commit_release(&self.lane_writes, &rec, self.hooks.inside_commit.as_deref())
+            .await?
+            .release_id;
         clock.mark("commit");
         self.lane_writes
             .advance_series(series.id, &plan.tick)

@@ -602,14 +602,18 @@ impl Retrainer {
         if let (Some(shortfall), false) = (shortfall, force) {
             // The mechanisms ran and the refusal (with both totals) reveals their output:
             // the charges stand, the model is not stored (docs/LEDGER.md).
-            let release_id = commit_charges_only(&self.lane_writes, rec, hook).await?;
+            let release_id = commit_charges_only(&self.lane_writes, rec, hook)
+                .await?
+                .release_id;
             self.metrics.budget_spent.inc_by(charged(rec));
             return Err(ReleaseError::Refused {
                 release_id,
                 shortfall,
             });
         }
-        let id = commit_release(&self.lane_writes, rec, hook).await?;
+        let id = commit_release(&self.lane_writes, rec, hook)
+            .await?
+            .release_id;
         self.publish(published, id, rec, plan);
         let note = shortfall.map(|s| format!("forced: published although {s}"));
         if let Some(n) = &note {
@@ -708,13 +712,23 @@ impl Retrainer {
 /// the job's durations): where a release at scale spends its time.
 pub(super) struct StageClock {
     last: std::time::Instant,
-    stages: Vec<(&'static str, std::time::Duration)>,
+    /// The process's peak resident memory when the last stage ended (kB; Linux only).
+    peak: Option<u64>,
+    stages: Vec<Stage>,
+}
+
+struct Stage {
+    name: &'static str,
+    took: std::time::Duration,
+    /// The process's new peak resident memory, when this stage raised it (kB).
+    raised_peak_to: Option<u64>,
 }
 
 impl StageClock {
     pub(super) fn start() -> Self {
         Self {
             last: std::time::Instant::now(),
+            peak: peak_rss_kb(),
             stages: Vec::new(),
         }
     }
@@ -722,16 +736,35 @@ impl StageClock {
     /// Ends the stage `name` now.
     pub(super) fn mark(&mut self, name: &'static str) {
         let now = std::time::Instant::now();
-        self.stages.push((name, now - self.last));
+        let peak = peak_rss_kb();
+        let raised_peak_to = peak.filter(|&p| self.peak.is_some_and(|before| p > before));
+        self.stages.push(Stage {
+            name,
+            took: now - self.last,
+            raised_peak_to,
+        });
         self.last = now;
+        self.peak = peak;
     }
+}
+
+/// The process's peak resident set size so far (`VmHWM`), where the OS reports it: which
+/// stage of a release sets the peak is what memory work at scale needs to know
+/// (docs/BENCHMARKS.md, issue 22).
+fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 impl std::fmt::Display for StageClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (k, (name, d)) in self.stages.iter().enumerate() {
+        for (k, s) in self.stages.iter().enumerate() {
             let sep = if k == 0 { "" } else { ", " };
-            write!(f, "{sep}{name} {:.1} s", d.as_secs_f64())?;
+            write!(f, "{sep}{} {:.1} s", s.name, s.took.as_secs_f64())?;
+            if let Some(kb) = s.raised_peak_to {
+                write!(f, " (peak RSS to {} MB)", kb / 1024)?;
+            }
         }
         Ok(())
     }

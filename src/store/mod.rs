@@ -7,6 +7,7 @@
 
 mod audit;
 mod catalogue;
+pub mod foreground;
 mod id_runs;
 mod jobs;
 mod keys;
@@ -30,11 +31,12 @@ pub fn redact_url(url: &str) -> String {
 }
 
 pub use audit::{RatingAuditRow, RatingLevelCharge, UserReleaseCharge};
+pub use foreground::Foreground;
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
 pub use releases::{
-    commit_charges_only, commit_release, CommitError, CommitPoint, InsideTxHook, ModelRow,
-    RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
+    commit_charges_only, commit_release, CommitError, CommitPoint, Committed, InsideTxHook,
+    ModelRow, RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 pub use series::{SeriesRow, SeriesState, SeriesTick};
 pub use series_offers::{OfferMark, OfferRead, OfferedRating, UPDATE_OVERLAP_MS};
@@ -174,6 +176,9 @@ pub struct Store {
     /// A second, lazily connected pool for release work ([`Store::background`]); none for
     /// an in-memory SQLite database.
     background_pool: Option<AnyPool>,
+    /// The requests this process serves, so a release commit steps aside only for them
+    /// (shared by the clones).
+    foreground: Foreground,
 }
 
 pub(crate) fn parse_curve(s: &str) -> Result<RdpCurve, StoreError> {
@@ -281,6 +286,7 @@ impl Store {
             write_gate: Arc::new(tokio::sync::Mutex::new(())),
             commit_rows: Arc::new(AtomicUsize::new(DEFAULT_COMMIT_ROWS)),
             background_pool,
+            foreground: Foreground::default(),
         };
         migrations::run(&store.pool, backend)
             .await
@@ -459,6 +465,12 @@ impl Store {
     /// [`DEFAULT_COMMIT_ROWS`]; a rating charge counts 1, a user charge 8).
     pub fn commit_rows(&self) -> usize {
         self.commit_rows.load(Ordering::Relaxed)
+    }
+
+    /// The requests being served ([`foreground`]): the HTTP layer counts them, a release
+    /// commit asks whether to step aside.
+    pub fn foreground(&self) -> &Foreground {
+        &self.foreground
     }
 
     /// Sets [`Store::commit_rows`] for this store and its clones (tests use small values

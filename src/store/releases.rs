@@ -357,13 +357,22 @@ fn user_costs(rec: &ReleaseRecord) -> Result<(Vec<UserCost>, UserCostIndex<'_>),
     Ok((costs, users))
 }
 
-/// Records `rec` (see the comment above): returns the release id once its model is
-/// stored, i.e. published.
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    pub release_id: i64,
+    /// Ledger transactions it took.
+    pub transactions: usize,
+    /// Times it stepped aside between two of them for requests ([`Store::foreground`]).
+    pub pauses: usize,
+}
+
+/// Records `rec` (see the comment above), once its model is stored, i.e. published.
 pub async fn commit_release(
     store: &Store,
     rec: &ReleaseRecord,
     hook: Option<&InsideTxHook>,
-) -> Result<i64, CommitError> {
+) -> Result<Committed, CommitError> {
     commit(store, rec, hook, true).await
 }
 
@@ -375,7 +384,7 @@ pub async fn commit_charges_only(
     store: &Store,
     rec: &ReleaseRecord,
     hook: Option<&InsideTxHook>,
-) -> Result<i64, CommitError> {
+) -> Result<Committed, CommitError> {
     commit(store, rec, hook, false).await
 }
 
@@ -384,7 +393,7 @@ async fn commit(
     rec: &ReleaseRecord,
     hook: Option<&InsideTxHook>,
     publish: bool,
-) -> Result<i64, CommitError> {
+) -> Result<Committed, CommitError> {
     let started = Instant::now();
     let (costs, users) = user_costs(rec)?;
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
@@ -401,6 +410,8 @@ async fn commit(
     // Where the time goes (logged at the end): user and rating work inside the
     // transactions, and the pauses between them.
     let mut phases = PhaseTimes::default();
+    // The stretch since the last pause (or the start): did a request start or run in it?
+    let mut stretch = store.foreground().mark();
     for (k, chunk) in chunks.iter().enumerate() {
         let t = Instant::now();
         let point = CommitPoint {
@@ -438,19 +449,23 @@ async fn commit(
         }
         let took = t.elapsed();
         phases.longest = phases.longest.max(took);
-        if k + 1 < n {
+        if k + 1 < n && store.foreground().busy_since(stretch) {
             // Writers queued on the in-process gate get it first (it is fair); the pause
             // also lets writers polling SQLite's lock (other processes, writes that do not
             // take the gate) in between chunks. It lasts as long as the transaction did
             // (2 ms to 200 ms), so a commit holds the writers' queue and a core at most
             // half the time: at 1M ratings the back-to-back commit otherwise raised the
-            // top-N p99 above 20 ms (docs/BENCHMARKS.md, "After: lanes").
+            // top-N p99 above 20 ms (docs/BENCHMARKS.md, "After: lanes"). Only when
+            // requests came (`store::foreground`): with none, the pauses were half of a
+            // release's commit at ML-20M size and served nobody.
             let pause = took.clamp(
                 std::time::Duration::from_millis(2),
                 std::time::Duration::from_millis(200),
             );
             tokio::time::sleep(pause).await;
             phases.paused += pause;
+            phases.pauses += 1;
+            stretch = store.foreground().mark();
         }
     }
     let id = release_id.expect("at least one chunk");
@@ -461,7 +476,11 @@ async fn commit(
         users.len(),
         started.elapsed().as_secs_f64() * 1e3,
     );
-    Ok(id)
+    Ok(Committed {
+        release_id: id,
+        transactions: n,
+        pauses: phases.pauses,
+    })
 }
 
 /// What every ledger transaction of one commit shares.
@@ -480,6 +499,8 @@ struct PhaseTimes {
     users: std::time::Duration,
     ratings: std::time::Duration,
     paused: std::time::Duration,
+    /// How many times it stepped aside for requests.
+    pauses: usize,
     /// The longest transaction.
     longest: std::time::Duration,
 }
@@ -489,11 +510,13 @@ impl std::fmt::Display for PhaseTimes {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         write!(
             f,
-            "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms)",
+            "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms in {} pauses \
+             for requests)",
             ms(self.longest),
             ms(self.users),
             ms(self.ratings),
-            ms(self.paused)
+            ms(self.paused),
+            self.pauses
         )
     }
 }

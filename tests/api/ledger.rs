@@ -597,12 +597,9 @@ async fn ingestion_is_not_held_up_by_a_commit(url: &str) {
 }
 both_backends!(ingestion_is_not_held_up_by_a_commit);
 
-/// Two releases planned from the same snapshot and committed concurrently in many small
-/// transactions (as two trainers without a lease would): transactions of the two
-/// interleave, but each re-checks its rows under the lock, so no rating is overspent
-/// and exactly one release is published; the other is aborted (with at most its
-/// committed chunks charged).
-async fn chunked_commits_never_overspend(url: &str) {
+/// A service holding a 3 x 6 grid of ratings (eps_ij 1) that commits in transactions of
+/// 3 ledger rows, and a record charging each rating `eps` and each user pure 0.1.
+async fn grid_in_small_commits(url: &str, eps: f64) -> (TestApp, ReleaseRecord) {
     let (t, _) = FakeDp::gaussian(30.0);
     let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
     ingest_grid(&app, 3, 6, 1.0).await;
@@ -613,7 +610,17 @@ async fn chunked_commits_never_overspend(url: &str) {
         .keys()
         .map(|u| (u.clone(), vec![PrivacyEvent::pure_dp(0.1, 1).unwrap()]))
         .collect();
-    let record = manual_record(&snap, 0.6, users);
+    let record = manual_record(&snap, eps, users);
+    (app, record)
+}
+
+/// Two releases planned from the same snapshot and committed concurrently in many small
+/// transactions (as two trainers without a lease would): transactions of the two
+/// interleave, but each re-checks its rows under the lock, so no rating is overspent
+/// and exactly one release is published; the other is aborted (with at most its
+/// committed chunks charged).
+async fn chunked_commits_never_overspend(url: &str) {
+    let (app, record) = grid_in_small_commits(url, 0.6).await;
     for _ in 0..3 {
         let (x, y) = tokio::join!(
             commit(&app.store, &record, None),
@@ -640,6 +647,42 @@ async fn chunked_commits_never_overspend(url: &str) {
     app.stop().await;
 }
 both_backends!(chunked_commits_never_overspend);
+
+/// A commit in many transactions steps aside between two of them only for requests: with
+/// none it runs them back to back; while a request is in flight it pauses after every
+/// transaction but the last (the pauses keep concurrent requests within their targets,
+/// docs/BENCHMARKS.md); a request that started during a stretch makes one pause.
+async fn a_commit_pauses_only_for_requests(url: &str) {
+    let (app, record) = grid_in_small_commits(url, 0.1).await;
+    let quiet = commit(&app.store, &record, None).await.unwrap();
+    assert!(quiet.transactions >= 4, "{quiet:?}");
+    assert_eq!(quiet.pauses, 0, "{quiet:?}");
+    let request = app.store.foreground().request();
+    let busy = commit(&app.store, &record, None).await.unwrap();
+    drop(request);
+    assert_eq!(busy.transactions, quiet.transactions);
+    assert_eq!(busy.pauses, busy.transactions - 1, "{busy:?}");
+    // One request that starts and ends inside the first transaction: one pause.
+    let fg = app.store.foreground().clone();
+    let hook: Arc<dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync> =
+        Arc::new(move |p: CommitPoint| {
+            if p.chunk == 0 {
+                drop(fg.request());
+            }
+            Ok(())
+        });
+    let once = commit(&app.store, &record, Some(&*hook)).await.unwrap();
+    assert_eq!(once.pauses, 1, "{once:?}");
+    // The HTTP layer is what counts requests.
+    let mark = app.store.foreground().mark();
+    assert!(!app.store.foreground().busy_since(mark));
+    let (st, _) = app.get("/v1/models", ADMIN).await;
+    assert_eq!(st, 200);
+    assert!(app.store.foreground().busy_since(mark));
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(a_commit_pauses_only_for_requests);
 
 /// Charges are stored as sets of rating-id runs per (user, charge): with ids interleaved
 /// between users (one rating ingested at a time), charges that differ between ratings and
