@@ -449,23 +449,8 @@ async fn commit(
         }
         let took = t.elapsed();
         phases.longest = phases.longest.max(took);
-        if k + 1 < n && store.foreground().busy_since(stretch) {
-            // Writers queued on the in-process gate get it first (it is fair); the pause
-            // also lets writers polling SQLite's lock (other processes, writes that do not
-            // take the gate) in between chunks. It lasts as long as the transaction did
-            // (2 ms to 200 ms), so a commit holds the writers' queue and a core at most
-            // half the time: at 1M ratings the back-to-back commit otherwise raised the
-            // top-N p99 above 20 ms (docs/BENCHMARKS.md, "After: lanes"). Only when
-            // requests came (`store::foreground`): with none, the pauses were half of a
-            // release's commit at ML-20M size and served nobody.
-            let pause = took.clamp(
-                std::time::Duration::from_millis(2),
-                std::time::Duration::from_millis(200),
-            );
-            tokio::time::sleep(pause).await;
-            phases.paused += pause;
-            phases.pauses += 1;
-            stretch = store.foreground().mark();
+        if k + 1 < n {
+            step_aside(store, took, &mut stretch, &mut phases).await;
         }
     }
     let id = release_id.expect("at least one chunk");
@@ -481,6 +466,35 @@ async fn commit(
         transactions: n,
         pauses: phases.pauses,
     })
+}
+
+/// Between two ledger transactions of a commit: a pause as long as the last one took if
+/// requests came since the last pause (`stretch`), else none.
+async fn step_aside(
+    store: &Store,
+    took: std::time::Duration,
+    stretch: &mut super::foreground::Mark,
+    phases: &mut PhaseTimes,
+) {
+    if !store.foreground().busy_since(*stretch) {
+        return;
+    }
+    // Writers queued on the in-process gate get it first (it is fair); the pause also
+    // lets writers polling SQLite's lock (other processes, writes that do not take the
+    // gate) in between chunks. It lasts as long as the transaction did (2 ms to 200 ms),
+    // so a commit holds the writers' queue and a core at most half the time: at 1M
+    // ratings the back-to-back commit otherwise raised the top-N p99 above 20 ms
+    // (docs/BENCHMARKS.md, "After: lanes"). Only when requests came
+    // (`store::foreground`): with none, the pauses were half of a release's commit at
+    // ML-20M size and served nobody.
+    let pause = took.clamp(
+        std::time::Duration::from_millis(2),
+        std::time::Duration::from_millis(200),
+    );
+    tokio::time::sleep(pause).await;
+    phases.paused += pause;
+    phases.pauses += 1;
+    *stretch = store.foreground().mark();
 }
 
 /// What every ledger transaction of one commit shares.
