@@ -84,17 +84,16 @@ impl Store {
         &self,
         series: i64,
     ) -> Result<BTreeMap<String, UserBudget>, StoreError> {
-        sqlx::query(
+        let mut rows = sqlx::query(
             "SELECT u.id, u.budget_eps, u.budget_delta, u.rdp_consumed FROM users u \
              WHERE u.deleted = 0 AND NOT EXISTS (SELECT 1 FROM series_members m \
              WHERE m.series_id = $1 AND m.user_id = u.id)",
         )
         .bind(series)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(super::ratings::budget_row)
-        .collect()
+        .fetch(&self.pool);
+        super::ratings::BudgetReader::default()
+            .read_all(&mut rows)
+            .await
     }
 
     /// The users series `series` charged (its members), in any order.

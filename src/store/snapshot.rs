@@ -331,14 +331,15 @@ impl Store {
                 push_user(&mut b, user, lists, &state_of)?;
             }
         }
-        let users = sqlx::query(
-            "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
-        )
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(super::ratings::budget_row)
-        .collect::<Result<_, _>>()?;
+        let users = {
+            let mut rows = sqlx::query(
+                "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
+            )
+            .fetch(&mut *tx);
+            super::ratings::BudgetReader::default()
+                .read_all(&mut rows)
+                .await?
+        };
         let items = sqlx::query("SELECT id FROM items ORDER BY id")
             .fetch_all(&mut *tx)
             .await?

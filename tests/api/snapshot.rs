@@ -125,3 +125,45 @@ async fn snapshot_matches_a_plain_read(url: &str) {
     store.close().await;
 }
 both_backends!(snapshot_matches_a_plain_read);
+
+/// Users' consumed curves are read exactly, one parsed curve shared by the users whose
+/// stored curves are the same text (the snapshot's users and `user_budgets` alike).
+async fn users_with_the_same_curve_share_it(url: &str) {
+    use dprec::accountant::{default_orders, RdpCurve};
+    let store = Store::connect(url, 4).await.unwrap();
+    store.register_items(&["i".to_string()]).await.unwrap();
+    let batch: Vec<NewRating> = (0..12)
+        .map(|u| NewRating {
+            user: format!("u{u}"),
+            item: "i".into(),
+            value: 3.0,
+            eps: None,
+            ldp: None,
+        })
+        .collect();
+    store.upsert_ratings(&batch, DEFAULTS).await.unwrap();
+    let curve = |k: f64| RdpCurve::from_fn(default_orders(), |a| k * a / 3.0).unwrap();
+    let text = |k: f64| serde_json::to_string(&curve(k)).unwrap();
+    for (users, k) in [("('u1', 'u2', 'u3')", 0.1), ("('u4', 'u5')", 0.7)] {
+        sqlx::query(&format!(
+            "UPDATE users SET rdp_consumed = $1 WHERE id IN {users}"
+        ))
+        .bind(text(k))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let snap = store.snapshot().await.unwrap();
+    for users in [snap.users, store.user_budgets().await.unwrap()] {
+        let of = |u: &str| users[u].consumed.clone();
+        assert_eq!(of("u1"), curve(0.1));
+        assert_eq!(of("u4"), curve(0.7));
+        assert_eq!(of("u0"), RdpCurve::zeros_default());
+        assert!(of("u1").shares_storage_with(&of("u3")));
+        assert!(of("u4").shares_storage_with(&of("u5")));
+        assert!(of("u0").shares_storage_with(&of("u11")));
+        assert!(!of("u1").shares_storage_with(&of("u4")));
+    }
+    store.close().await;
+}
+both_backends!(users_with_the_same_curve_share_it);
