@@ -140,7 +140,7 @@ fn exact(f: &Fold, scale: RatingScale) -> Exact {
 /// L2 bound: uniform over the user's items `1 / sqrt(n_u)` (`dp-alt`'s weights), and in
 /// inverse proportion to the square root of the item's raters `a_u / sqrt(n_j)`.
 fn masses(m: &Interactions) -> [Vec<f64>; 2] {
-    let raters = |j: usize| m.by_item.row(j).0.len() as f64;
+    let raters = |j: usize| m.by_item().row(j).0.len() as f64;
     let (mut uniform, mut inverse) = (vec![0.0; m.n_items], vec![0.0; m.n_items]);
     for u in 0..m.n_users {
         let (its, _) = m.by_user.row(u);
@@ -169,7 +169,7 @@ fn masses(m: &Interactions) -> [Vec<f64>; 2] {
 /// solved by water-filling, `x_j = max(0, t - 1 / (kappa n_j))` with `sum x_j = U`.
 fn relaxed_masses(m: &Interactions, kappa: f64) -> Vec<f64> {
     let n: Vec<f64> = (0..m.n_items)
-        .map(|j| m.by_item.row(j).0.len() as f64)
+        .map(|j| m.by_item().row(j).0.len() as f64)
         .collect();
     let users = (0..m.n_users)
         .filter(|&u| !m.by_user.row(u).0.is_empty())
@@ -212,15 +212,15 @@ enum Scheme {
 fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
     let n_items = e.m.n_items;
     let rated: Vec<usize> = (0..n_items)
-        .filter(|&j| !e.m.by_item.row(j).0.is_empty())
+        .filter(|&j| !e.m.by_item().row(j).0.is_empty())
         .collect();
     let items = rated.len() as f64;
     // The prior: the true biases regressed on log(raters) (popular items rate higher),
     // weighted by raters; the prior variance is what the regression leaves.
-    let ln_n = |j: usize| (e.m.by_item.row(j).0.len() as f64).ln();
+    let ln_n = |j: usize| (e.m.by_item().row(j).0.len() as f64).ln();
     let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &j in &rated {
-        let (w, x, y) = (e.m.by_item.row(j).0.len() as f64, ln_n(j), e.ib[j]);
+        let (w, x, y) = (e.m.by_item().row(j).0.len() as f64, ln_n(j), e.ib[j]);
         (sw, sx, sy, sxx, sxy) = (
             sw + w,
             sx + w * x,
@@ -242,7 +242,7 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
         // Clipped mean residual per item and the oracle slope back to the true bias.
         let ybar: Vec<f64> = (0..n_items)
             .map(|j| {
-                let (us, vs) = e.m.by_item.row(j);
+                let (us, vs) = e.m.by_item().row(j);
                 let s: f64 = us
                     .iter()
                     .zip(vs)
@@ -257,14 +257,14 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
             .collect();
         // Weighted by raters, so rarely rated items' sampling noise does not dilute it.
         let (sxy, sxx) = rated.iter().fold((0.0, 0.0), |(a, b), &j| {
-            let n = e.m.by_item.row(j).0.len() as f64;
+            let n = e.m.by_item().row(j).0.len() as f64;
             (a + n * ybar[j] * e.ib[j], b + n * ybar[j] * ybar[j])
         });
         let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
         // The spread of one rater's clipped residual about its item's mean (the sampling
         // noise of an item's mean, which the baseline's ridge shrinks as well).
         let (ss, cnt) = rated.iter().fold((0.0, 0.0), |(a, b), &j| {
-            let (us, vs) = e.m.by_item.row(j);
+            let (us, vs) = e.m.by_item().row(j);
             let d: f64 = us
                 .iter()
                 .zip(vs)
@@ -287,7 +287,7 @@ fn oracle(f: &Fold, e: &Exact, scheme: Scheme, z: f64, rng: &mut DpRng) -> f64 {
         };
         let mut ib = vec![0.0; n_items];
         for &j in &rated {
-            let n = e.m.by_item.row(j).0.len() as f64;
+            let n = e.m.by_item().row(j).0.len() as f64;
             let sd = if mass[j] > 0.0 {
                 z * c / mass[j]
             } else {

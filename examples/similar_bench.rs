@@ -24,7 +24,7 @@ use dprec::train::{self, Guarantee, Params, Ranker, StoredRanker, TrainData};
 
 /// The 10 nearest items of every item in `items` by cosine of the binary columns.
 fn exact_neighbours(m: &Interactions, items: &[usize], n_items: usize) -> Vec<Vec<usize>> {
-    let col = |j: usize| -> HashSet<u32> { m.by_item.row(j).0.iter().copied().collect() };
+    let col = |j: usize| -> HashSet<u32> { m.by_item().row(j).0.iter().copied().collect() };
     let cols: Vec<HashSet<u32>> = (0..n_items).map(col).collect();
     items
         .iter()
@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         .map(|j| ds.items.external(j as u32).unwrap_or_default().to_owned())
         .collect();
     let mut by_count: Vec<usize> = (0..n_items).collect();
-    by_count.sort_by_key(|&j| std::cmp::Reverse(m.by_item.row(j).0.len()));
+    by_count.sort_by_key(|&j| std::cmp::Reverse(m.by_item().row(j).0.len()));
     by_count.truncate(top);
     let exact = exact_neighbours(&m, &by_count, n_items);
     let trainer = train::build("dp-topn", &Params::parse(&params)?)?;

@@ -81,7 +81,7 @@ fn item_noise_norm_is_gamma_dim_c_over_eps_noise() {
     for seed in 0..500 {
         let out = dp_item_step(
             &r,
-            &m.by_item,
+            m.by_item(),
             |_| 3.0,
             &u,
             &eligible,
@@ -100,7 +100,7 @@ fn item_noise_norm_is_gamma_dim_c_over_eps_noise() {
                 continue;
             }
             let mut eta: Vec<f64> = v.iter().map(|a| -lambda * a).collect();
-            let (users, vals) = m.by_item.row(j);
+            let (users, vals) = m.by_item().row(j);
             for (&i, &val) in users.iter().zip(vals) {
                 let mut x: Vec<f64> = xu.row(i as usize).iter().map(|a| lat * a).collect();
                 x.push(b);
@@ -234,8 +234,8 @@ fn charges_follow_the_rules() {
         scale: RatingScale::ONE_TO_FIVE,
     });
     let offered: Vec<f64> = elig.iter().copied().filter(|&e| e > 0.0).collect();
-    let a = dp_item_step(&r, &m.by_item, |_| 0.0, &u, &elig, &cf, &mut seeded(1)).unwrap();
-    let b = dp_item_step(&r, &m.by_item, |_| 0.0, &u, &elig, &cf, &mut seeded(2)).unwrap();
+    let a = dp_item_step(&r, m.by_item(), |_| 0.0, &u, &elig, &cf, &mut seeded(1)).unwrap();
+    let b = dp_item_step(&r, m.by_item(), |_| 0.0, &u, &elig, &cf, &mut seeded(2)).unwrap();
     assert_eq!(a.charges, b.charges, "charges depend on the coins");
     assert!(a.sampled < a.offered, "test needs sampled-out ratings");
     assert_eq!(a.offered, offered.len());
@@ -308,7 +308,7 @@ fn rsm_keeps_ratings_with_probability_pi() {
     let cf = cfg(Threshold::Fixed(1.0), 20.0, 1.0, 0.5);
     let out = dp_item_step(
         &r,
-        &m.by_item,
+        m.by_item(),
         |_| 3.0,
         &u,
         &vec![0.5; n],
@@ -323,7 +323,7 @@ fn rsm_keeps_ratings_with_probability_pi() {
     assert!((1.1 * pi - f).abs() > tol);
     let all = dp_item_step(
         &r,
-        &m.by_item,
+        m.by_item(),
         |_| 3.0,
         &u,
         &vec![1.5; n],
@@ -335,7 +335,7 @@ fn rsm_keeps_ratings_with_probability_pi() {
     // Ratings not offered (eligible 0) are neither kept nor charged.
     let mut elig = vec![0.0; n];
     elig[..n / 2].fill(1.0);
-    let half = dp_item_step(&r, &m.by_item, |_| 3.0, &u, &elig, &cf, &mut seeded(5)).unwrap();
+    let half = dp_item_step(&r, m.by_item(), |_| 3.0, &u, &elig, &cf, &mut seeded(5)).unwrap();
     assert_eq!(half.sampled, n / 2);
     assert_eq!(half.charges.ratings.len(), n / 2);
 }
@@ -614,7 +614,7 @@ fn published_parameters_do_not_depend_on_the_ratings_present() {
     let cf = cfg(Threshold::Mean, 20.0, 1.0, 0.5);
     let err = dp_item_step(
         &r,
-        &m.by_item,
+        m.by_item(),
         |_| 0.0,
         &fixed_u(30, 2),
         &e,
@@ -644,7 +644,7 @@ fn approximation_noise_has_the_documented_scale() {
     for seed in 0..400 {
         let out = dp_item_step(
             &r,
-            &m.by_item,
+            m.by_item(),
             |_| 3.0,
             &u,
             &eligible,

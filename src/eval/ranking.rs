@@ -114,8 +114,8 @@ pub fn ranking_metrics(
     }
     let pop: Vec<usize> = (0..n_items)
         .map(|j| {
-            if j < train.by_item.n_rows() {
-                train.by_item.row_len(j)
+            if j < train.by_item().n_rows() {
+                train.by_item().row_len(j)
             } else {
                 0
             }

@@ -520,7 +520,7 @@ impl Retrainer {
                 &snap,
                 &plan,
                 &set,
-                &fitted.charges,
+                std::mem::take(&mut fitted.charges),
                 &pop_charges,
                 user_event.as_ref(),
             )?,

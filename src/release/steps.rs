@@ -433,12 +433,13 @@ pub fn local_charges() -> Charges {
 /// charges; they stay in the mechanism records). `user_event` is `None` for a
 /// rating-level release: no user is charged, and its rating charges must be pure eps
 /// (the audit's group-privacy bound adds them up; a Gaussian part would need another
-/// group bound, so it is refused rather than shown wrong).
+/// group bound, so it is refused rather than shown wrong). The trainer's charges are
+/// consumed: their per-rating lists are freed once summed, before the rows are made.
 pub fn collect_charges(
     snap: &Snapshot,
     plan: &Plan,
     set: &TrainingSet,
-    trainer: &ReleaseCharges,
+    mut trainer: ReleaseCharges,
     popularity: &ReleaseCharges,
     user_event: Option<&PrivacyEvent>,
 ) -> Result<Charges, ReleaseError> {
@@ -457,16 +458,19 @@ pub fn collect_charges(
             "trainer charged unknown rating position {bad}"
         )));
     }
-    let ratings = rating_rows(snap, plan, trainer, popularity, n)?;
     let n_users = set.users.len();
-    let trainer_events = trainer.user_events();
-    let users = user_charges(plan, user_event);
-    if let Some(&u) = trainer_events.keys().find(|&&u| u as usize >= n_users) {
+    if let Some(&u) = trainer
+        .user_events()
+        .keys()
+        .find(|&&u| u as usize >= n_users)
+    {
         return Err(ReleaseError::BadCharge(format!(
             "trainer charged unknown user index {u}"
         )));
     }
-    let mut mechanisms = trainer.mechanisms.clone();
+    let users = user_charges(plan, user_event);
+    let mut mechanisms = std::mem::take(&mut trainer.mechanisms);
+    let ratings = rating_rows(snap, plan, trainer, popularity, n)?;
     let (mut rating_unit, mut rating_neighbour) = (PrivacyUnit::Rating, Neighbour::AddRemove);
     if let Some(m) = mechanisms.iter().find(|m| m.unit == PrivacyUnit::Rating) {
         rating_neighbour = m.neighbour;
@@ -488,52 +492,64 @@ pub fn collect_charges(
 fn rating_rows(
     snap: &Snapshot,
     plan: &Plan,
-    trainer: &ReleaseCharges,
+    trainer: ReleaseCharges,
     popularity: &ReleaseCharges,
     n: usize,
 ) -> Result<Vec<RatingChargeRow>, ReleaseError> {
-    let train = trainer.rating_totals(n);
-    let rho = trainer.rating_rho_totals(n);
-    let pop = popularity.rating_totals(n);
+    // A column only for a kind of charge the release makes (the served default makes
+    // one): at 20M ratings a column of zeros is 160 MB beside the charge rows.
+    let column = |empty: bool, totals: &dyn Fn() -> Vec<f64>| (!empty).then(totals);
+    let train = column(trainer.ratings.is_empty(), &|| trainer.rating_totals(n));
+    let rho = column(trainer.rating_rho.is_empty(), &|| {
+        trainer.rating_rho_totals(n)
+    });
+    let pop = column(popularity.ratings.is_empty(), &|| {
+        popularity.rating_totals(n)
+    });
+    // Summed: the trainer's lists (16 bytes a charged rating) go before the rows come.
+    drop(trainer);
+    let at = |c: &Option<Vec<f64>>, k: usize| c.as_ref().map_or(0.0, |c| c[k]);
+    let (train, rho, pop) = (|k| at(&train, k), |k| at(&rho, k), |k| at(&pop, k));
     // Sized once: at scale nearly every rating is charged, and a doubling vector would
     // hold up to twice the rows.
     let charged = (0..n)
-        .filter(|&k| train[k] + pop[k] > 0.0 || rho[k] > 0.0)
+        .filter(|&k| train(k) + pop(k) > 0.0 || rho(k) > 0.0)
         .count();
     let mut ratings = Vec::with_capacity(charged);
     // Ratings in the same state charged the same add the same: the conversion (a
     // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
     let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
     for (k, a) in plan.admitted().enumerate() {
+        let (train_k, rho_k, pop_k) = (train(k), rho(k), pop(k));
         // What the trainer added to the rating's loss bound: its pure eps plus the
-        // increase of the converted Gaussian part (exactly `train[k]` without one).
+        // increase of the converted Gaussian part (exactly `train_k` without one).
         let r = snap.get(a.index as usize);
-        let added = if rho[k] == 0.0 {
-            train[k]
+        let added = if rho_k == 0.0 {
+            train_k
         } else {
-            let key = [r.spent, train[k], r.rho, rho[k]].map(f64::to_bits);
+            let key = [r.spent, train_k, r.rho, rho_k].map(f64::to_bits);
             *added_of.entry(key).or_insert_with(|| {
-                ledger::rating_loss(r.spent + train[k], r.rho + rho[k])
+                ledger::rating_loss(r.spent + train_k, r.rho + rho_k)
                     - ledger::rating_loss(r.spent, r.rho)
             })
         };
         // The Gaussian conversion is recomputed in another order of operations than the
         // trainer's: allow rounding here; the commit re-checks eps_ij exactly.
-        let slack = if rho[k] == 0.0 { 0.0 } else { 1e-9 };
-        let valid = train[k].is_finite() && train[k] >= 0.0 && rho[k].is_finite() && rho[k] >= 0.0;
+        let slack = if rho_k == 0.0 { 0.0 } else { 1e-9 };
+        let valid = train_k.is_finite() && train_k >= 0.0 && rho_k.is_finite() && rho_k >= 0.0;
         if !(valid && added <= a.train_budget * (1.0 + slack)) {
             return Err(ReleaseError::BadCharge(format!(
                 "trainer charged rating position {k} eps {added}, above its budget {}",
                 a.train_budget
             )));
         }
-        if train[k] + pop[k] > 0.0 || rho[k] > 0.0 {
+        if train_k + pop_k > 0.0 || rho_k > 0.0 {
             ratings.push(RatingChargeRow {
                 rating_id: r.id,
                 user: r.user.clone(),
-                eps_train: train[k],
-                eps_popularity: pop[k],
-                rho: rho[k],
+                eps_train: train_k,
+                eps_popularity: pop_k,
+                rho: rho_k,
             });
         }
     }
@@ -722,7 +738,7 @@ mod tests {
         };
         let none = ReleaseCharges::default();
         let collect = |trainer: &ReleaseCharges, event: Option<&PrivacyEvent>| {
-            collect_charges(&snap, &a.plan, &set, trainer, &none, event)
+            collect_charges(&snap, &a.plan, &set, trainer.clone(), &none, event)
         };
         let c = collect(&trainer, None).unwrap();
         assert!(c.users.is_empty());

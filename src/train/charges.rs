@@ -221,13 +221,6 @@ impl ReleaseCharges {
         self.ratings.is_empty() && self.users.is_empty()
     }
 
-    /// Appends another set of charges (e.g. a later step of the same release).
-    pub fn extend(&mut self, other: ReleaseCharges) {
-        self.mechanisms.extend(other.mechanisms);
-        self.ratings.extend(other.ratings);
-        self.users.extend(other.users);
-    }
-
     /// Total pure-DP eps charged to each rating position (`n` = number of ratings).
     pub fn rating_totals(&self, n: usize) -> Vec<f64> {
         let mut t = vec![0.0; n];

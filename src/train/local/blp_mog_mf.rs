@@ -442,7 +442,7 @@ pub fn fit_mog_mf(
             t,
             mean,
             &w,
-            &m.by_item,
+            m.by_item(),
             &model.user_bias,
             &model.user_factors,
         );

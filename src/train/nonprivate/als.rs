@@ -162,7 +162,7 @@ impl Trainer for AlsMf {
                 other_bias: &bu,
                 other_factors: &p,
             };
-            solve_rows(&items, &m.by_item, &mut bi, &mut q);
+            solve_rows(&items, m.by_item(), &mut bi, &mut q);
         }
         let model = FactorModel {
             global_mean: mean,

@@ -50,7 +50,7 @@ pub fn fit_biases(
 ) {
     for _ in 0..epochs {
         for (i, bi) in item_bias.iter_mut().enumerate() {
-            let (users, vals) = m.by_item.row(i);
+            let (users, vals) = m.by_item().row(i);
             let s: f64 = users
                 .iter()
                 .zip(vals)

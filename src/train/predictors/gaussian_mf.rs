@@ -1019,7 +1019,7 @@ impl PaperGaussianMf {
             let theta_c = clipped_rows(&theta, d, self.clip);
             let x_c = clipped_rows(&x, d, self.clip);
             // Line 5: grad_X = (V_hat - V) Theta_c + lambda X (no noise).
-            let gx = half_gradient(&m.by_item, &x, &theta, &theta_c, d, self.lambda);
+            let gx = half_gradient(m.by_item(), &x, &theta, &theta_c, d, self.lambda);
             // Line 6: grad_Theta = (V_hat - V)^T X_c + lambda Theta; line 7-8: + eta.
             let mut gt = half_gradient(&m.by_user, &theta, &x, &x_c, d, self.lambda);
             gt.par_chunks_mut(d)

@@ -315,10 +315,12 @@ pub struct Sample {
     /// the threshold); the rest weigh `unliked_weight` in the counts. Empty when every
     /// kept rating is liked (the release counts every rating alike).
     pub liked: Vec<u32>,
-    /// Per rating position: the pure eps charged (RSM-sampled ratings; 0 otherwise).
-    pub charges: Vec<f64>,
-    /// Per rating position: the zCDP `rho` charged (ratings that take full part).
-    pub rho: Vec<f64>,
+    /// The pure eps charged to each RSM-sampled rating (by position; none for others).
+    /// Lists, not one slot a rating: at 20M ratings two dense columns beside the
+    /// trainer's charges were 320 MB at the release's peak (docs/BENCHMARKS.md).
+    pub charges: Vec<RatingCharge>,
+    /// The zCDP `rho` charged to each rating that takes full part (by position).
+    pub rho: Vec<RatingRho>,
     /// Users with at least one offered rating (charged at user level).
     pub offered_users: Vec<bool>,
 }
@@ -370,8 +372,10 @@ pub fn sample_ratings(
     let m = data.matrix;
     let liked_min = liked_min.unwrap_or(f64::NEG_INFINITY);
     let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
-    let mut charges = vec![0.0; data.ratings.len()];
-    let mut rho = vec![0.0; data.ratings.len()];
+    // Sized for every offered rating taking full part (the served default's case):
+    // grown by doubling, the list held up to 2^25 slots of 16 bytes at 20M ratings.
+    let offered = budgets.iter().filter(|&&b| b > 0.0).count();
+    let (mut charges, mut rho) = (Vec::new(), Vec::with_capacity(offered));
     let mut offered_users = vec![false; m.n_users];
     if m.n_items > BELOW as usize {
         return Err(invalid("n_items", "at most 2^31 items"));
@@ -399,15 +403,37 @@ pub fn sample_ratings(
                     x
                 }
             };
-            charges[pos as usize] = eps;
-            rho[pos as usize] = r;
+            if eps > 0.0 {
+                charges.push(RatingCharge { position: pos, eps });
+            }
+            if r > 0.0 {
+                rho.push(RatingRho {
+                    position: pos,
+                    rho: r,
+                });
+            }
             if q >= 1.0 || (q > 0.0 && coin(&key.digest(&user, &item_label(data, j))) < q) {
                 row.push(if (v as f64) < liked_min { j | BELOW } else { j });
             }
         }
     }
-    // The cap, per user in parallel (a user's digests are its own).
-    let mut liked = vec![0u32; m.n_users];
+    let liked = cap_rows(data, &mut rows, cap, key);
+    rho.shrink_to_fit();
+    Ok(Sample {
+        rows,
+        liked,
+        charges,
+        rho,
+        offered_users,
+    })
+}
+
+/// The cap, per user in parallel (a user's digests are its own): a row over `cap` keeps
+/// its `cap` items of smallest digests; then each row puts its liked items first (see
+/// [`Sample::liked`]) and the counts of those are returned (empty when every kept
+/// rating is liked).
+fn cap_rows(data: &TrainData<'_>, rows: &mut [Vec<u32>], cap: usize, key: &SubsetKey) -> Vec<u32> {
+    let mut liked = vec![0u32; rows.len()];
     rows.par_iter_mut()
         .zip(&mut liked)
         .enumerate()
@@ -427,17 +453,15 @@ pub fn sample_ratings(
             *n_liked = row.partition_point(|&j| j & BELOW == 0) as u32;
             row.iter_mut().for_each(|j| *j &= !BELOW);
         });
-    if liked.iter().zip(&rows).all(|(&l, r)| l as usize == r.len()) {
+    if liked
+        .iter()
+        .zip(rows.iter())
+        .all(|(&l, r)| l as usize == r.len())
+    {
         // Every rating weighs 1: the plain count rows.
         liked = Vec::new();
     }
-    Ok(Sample {
-        rows,
-        liked,
-        charges,
-        rho,
-        offered_users,
-    })
+    liked
 }
 
 /// User `u`'s external id ([`TrainData::labels`]), else its decimal index.
@@ -614,7 +638,7 @@ pub fn add_symmetric_noise(
 /// sample (pure eps of RSM-sampled ratings, Gaussian rho of full participants) and the
 /// planned user-level event for every user with an offered rating.
 fn release_charges(
-    sample: &Sample,
+    sample: Sample,
     params: serde_json::Value,
     user_event: &PrivacyEvent,
     name: &str,
@@ -634,16 +658,7 @@ fn release_charges(
                 neighbour: Neighbour::AddRemove,
             },
         ],
-        ratings: sample
-            .charges
-            .iter()
-            .enumerate()
-            .filter(|(_, &e)| e > 0.0)
-            .map(|(position, &eps)| RatingCharge {
-                position: position as u32,
-                eps,
-            })
-            .collect(),
+        ratings: sample.charges,
         users: sample
             .offered_users
             .iter()
@@ -654,16 +669,7 @@ fn release_charges(
                 event: user_event.clone(),
             })
             .collect(),
-        rating_rho: sample
-            .rho
-            .iter()
-            .enumerate()
-            .filter(|(_, &r)| r > 0.0)
-            .map(|(position, &rho)| RatingRho {
-                position: position as u32,
-                rho,
-            })
-            .collect(),
+        rating_rho: sample.rho,
     }
 }
 
@@ -1061,7 +1067,7 @@ impl DpTopN {
             "rating_multiplier": z_r, "delta_r": self.delta_r,
         });
         let name = mechanism_name(branch, self.split);
-        let charges = release_charges(&sample, params, &user_event, name);
+        let charges = release_charges(sample, params, &user_event, name);
         Ok(GramRelease {
             noisy_counts: counts,
             candidates,
@@ -1117,8 +1123,12 @@ impl DpTopN {
         Ok((g, sigma_gram))
     }
 
-    /// Per-rating release budgets: the ledger's, else `eps_r` for all, else unlimited.
-    fn rating_budgets(&self, data: &TrainData<'_>) -> Result<Vec<f64>, TrainError> {
+    /// Per-rating release budgets: the ledger's (borrowed: at 20M ratings a copy is 160
+    /// MB at the release's peak), else `eps_r` for all, else unlimited.
+    fn rating_budgets<'a>(
+        &self,
+        data: &TrainData<'a>,
+    ) -> Result<std::borrow::Cow<'a, [f64]>, TrainError> {
         let n = data.ratings.len();
         if data.rating_rho.is_some_and(|r| r.len() != n) {
             return Err(invalid("rating_rho", "one rho per rating"));
@@ -1130,9 +1140,9 @@ impl DpTopN {
                     format!("{} budgets for {n} ratings", b.len()),
                 ))
             }
-            (Some(b), _) => b.to_vec(),
-            (None, Some(e)) => vec![e; n],
-            (None, None) => vec![f64::INFINITY; n],
+            (Some(b), _) => std::borrow::Cow::Borrowed(b),
+            (None, Some(e)) => std::borrow::Cow::Owned(vec![e; n]),
+            (None, None) => std::borrow::Cow::Owned(vec![f64::INFINITY; n]),
         })
     }
 

@@ -14,7 +14,7 @@ use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError
 
 fn counts(data: &TrainData<'_>) -> Vec<f64> {
     (0..data.matrix.n_items)
-        .map(|j| data.matrix.by_item.row_len(j) as f64)
+        .map(|j| data.matrix.by_item().row_len(j) as f64)
         .collect()
 }
 

@@ -457,7 +457,7 @@ impl Trainer for PdpPmf {
         let users = &r.users;
         let out = dp_item_step(
             r,
-            &data.matrix.by_item,
+            data.matrix.by_item(),
             |k| base + user_bias[users[k] as usize],
             &u,
             &eligible,
