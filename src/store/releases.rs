@@ -365,6 +365,9 @@ pub struct Committed {
     pub transactions: usize,
     /// Times it stepped aside between two of them for requests ([`Store::foreground`]).
     pub pauses: usize,
+    /// Short gaps it left without requests, one every 8 transactions (for writers in
+    /// other processes).
+    pub gaps: usize,
 }
 
 /// Records `rec` (see the comment above), once its model is stored, i.e. published.
@@ -465,18 +468,33 @@ async fn commit(
         release_id: id,
         transactions: n,
         pauses: phases.pauses,
+        gaps: phases.gaps,
     })
 }
 
+/// With no request to step aside for, a commit still leaves the write lock free this
+/// long after every this many transactions: a writer in another process (`dprec keys
+/// create` on the SQLite file) waits in SQLite's busy handler, which sleeps and retries,
+/// and back to back the gaps between transactions are too short for it to land in.
+const QUIET_GAP: std::time::Duration = std::time::Duration::from_millis(2);
+const QUIET_GAP_EVERY: usize = 8;
+
 /// Between two ledger transactions of a commit: a pause as long as the last one took if
-/// requests came since the last pause (`stretch`), else none.
+/// requests came since the last pause (`stretch`), else a short gap now and then.
 async fn step_aside(
     store: &Store,
     took: std::time::Duration,
     stretch: &mut super::foreground::Mark,
     phases: &mut PhaseTimes,
 ) {
+    phases.since_gap += 1;
     if !store.foreground().busy_since(*stretch) {
+        if phases.since_gap >= QUIET_GAP_EVERY {
+            tokio::time::sleep(QUIET_GAP).await;
+            phases.paused += QUIET_GAP;
+            phases.gaps += 1;
+            phases.since_gap = 0;
+        }
         return;
     }
     // Writers queued on the in-process gate get it first (it is fair); the pause also
@@ -494,6 +512,7 @@ async fn step_aside(
     tokio::time::sleep(pause).await;
     phases.paused += pause;
     phases.pauses += 1;
+    phases.since_gap = 0;
     *stretch = store.foreground().mark();
 }
 
@@ -515,6 +534,10 @@ struct PhaseTimes {
     paused: std::time::Duration,
     /// How many times it stepped aside for requests.
     pauses: usize,
+    /// Short gaps left with no request ([`QUIET_GAP`]), and transactions since the last
+    /// pause or gap.
+    gaps: usize,
+    since_gap: usize,
     /// The longest transaction.
     longest: std::time::Duration,
 }
@@ -525,12 +548,13 @@ impl std::fmt::Display for PhaseTimes {
         write!(
             f,
             "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms in {} pauses \
-             for requests)",
+             for requests and {} short gaps)",
             ms(self.longest),
             ms(self.users),
             ms(self.ratings),
             ms(self.paused),
-            self.pauses
+            self.pauses,
+            self.gaps
         )
     }
 }

@@ -649,19 +649,24 @@ async fn chunked_commits_never_overspend(url: &str) {
 both_backends!(chunked_commits_never_overspend);
 
 /// A commit in many transactions steps aside between two of them only for requests: with
-/// none it runs them back to back; while a request is in flight it pauses after every
+/// none it runs them back to back but for a short gap every 8; while a request is in
+/// flight it pauses after every
 /// transaction but the last (the pauses keep concurrent requests within their targets,
 /// docs/BENCHMARKS.md); a request that started during a stretch makes one pause.
 async fn a_commit_pauses_only_for_requests(url: &str) {
     let (app, record) = grid_in_small_commits(url, 0.1).await;
+    app.store.set_commit_rows(1);
     let quiet = commit(&app.store, &record, None).await.unwrap();
-    assert!(quiet.transactions >= 4, "{quiet:?}");
+    assert!(quiet.transactions >= 9, "{quiet:?}");
     assert_eq!(quiet.pauses, 0, "{quiet:?}");
+    // A short gap every 8 transactions, for writers in other processes.
+    assert_eq!(quiet.gaps, (quiet.transactions - 1) / 8, "{quiet:?}");
     let request = app.store.foreground().request();
     let busy = commit(&app.store, &record, None).await.unwrap();
     drop(request);
     assert_eq!(busy.transactions, quiet.transactions);
     assert_eq!(busy.pauses, busy.transactions - 1, "{busy:?}");
+    assert_eq!(busy.gaps, 0, "{busy:?}");
     // One request that starts and ends inside the first transaction: one pause.
     let fg = app.store.foreground().clone();
     let hook: Arc<dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync> =
