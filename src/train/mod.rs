@@ -115,6 +115,30 @@ pub struct Labels<'a> {
 }
 
 impl<'a> TrainData<'a> {
+    /// Per-rating release budgets of a fit: the ledger's (borrowed: at 20M ratings a copy
+    /// is 160 MB at a release's peak), else `eps_r` for every rating, else unbounded; the
+    /// budgets and the Gaussian parts must have one entry a rating.
+    pub fn release_budgets(
+        &self,
+        eps_r: Option<f64>,
+    ) -> Result<std::borrow::Cow<'a, [f64]>, TrainError> {
+        let n = self.ratings.len();
+        if self.rating_rho.is_some_and(|r| r.len() != n) {
+            return Err(invalid("rating_rho", "one rho per rating"));
+        }
+        Ok(match (self.budgets, eps_r) {
+            (Some(b), _) if b.len() != n => {
+                return Err(invalid(
+                    "budgets",
+                    format!("{} budgets for {n} ratings", b.len()),
+                ))
+            }
+            (Some(b), _) => std::borrow::Cow::Borrowed(b),
+            (None, Some(e)) => std::borrow::Cow::Owned(vec![e; n]),
+            (None, None) => std::borrow::Cow::Owned(vec![f64::INFINITY; n]),
+        })
+    }
+
     /// Input with no budgets and no prior model (evaluation, baselines).
     pub fn new(ratings: &'a Ratings, matrix: &'a Interactions, scale: RatingScale) -> Self {
         Self {
@@ -289,6 +313,28 @@ pub fn build(name: &str, params: &Params) -> Result<Box<dyn Trainer>, TrainError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ledger's budgets are lent, not copied; otherwise `eps_r` or no bound; a
+    /// budget or Gaussian part list of the wrong length is refused.
+    #[test]
+    fn release_budgets_borrow_the_ledgers() {
+        let mut r = Ratings::with_dims(2, 2);
+        r.push(0, 0, 3.0);
+        r.push(1, 1, 4.0);
+        let m = Interactions::new(&r);
+        let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        assert_eq!(&*data.release_budgets(None).unwrap(), &[f64::INFINITY; 2]);
+        assert_eq!(&*data.release_budgets(Some(0.5)).unwrap(), &[0.5; 2]);
+        let ledger = [0.25, 1.0];
+        data.budgets = Some(&ledger);
+        let got = data.release_budgets(Some(0.5)).unwrap();
+        assert!(matches!(got, std::borrow::Cow::Borrowed(b) if std::ptr::eq(b, &ledger[..])));
+        data.budgets = Some(&ledger[..1]);
+        assert!(data.release_budgets(None).is_err());
+        data.budgets = None;
+        data.rating_rho = Some(&ledger[..1]);
+        assert!(data.release_budgets(None).is_err());
+    }
 
     fn read(path: &str) -> String {
         let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);

@@ -460,22 +460,6 @@ fn sample(
 }
 
 impl DpAlt {
-    /// The per-rating budgets of a fit: the ledger's, else `eps_r`, else unbounded.
-    fn budgets(&self, data: &TrainData<'_>) -> Result<Vec<f64>, TrainError> {
-        let n = data.ratings.len();
-        if data.rating_rho.is_some_and(|r| r.len() != n) {
-            return Err(invalid("rating_rho", "one rho per rating"));
-        }
-        Ok(match (data.budgets, self.eps_r) {
-            (Some(b), _) if b.len() != n => {
-                return Err(invalid("budgets", format!("{} for {n} ratings", b.len())))
-            }
-            (Some(b), _) => b.to_vec(),
-            (None, Some(e)) => vec![e; n],
-            (None, None) => vec![f64::INFINITY; n],
-        })
-    }
-
     fn charges(&self, s: &Sampled, z: f64, z_r: f64) -> Result<ReleaseCharges, TrainError> {
         let (sigma_gram, sigma_rhs) = self.sigmas()?;
         let params = serde_json::json!({
@@ -577,7 +561,7 @@ impl Trainer for DpAlt {
         if data.ratings.is_empty() {
             return Err(TrainError::EmptyData);
         }
-        let budgets = self.budgets(data)?;
+        let budgets = data.release_budgets(self.eps_r)?;
         let z = self.multiplier()?;
         // Sampling, initialisation and noise from streams split off before any data is
         // read (the noise draws never depend on the data's coin flips).

@@ -997,7 +997,7 @@ impl DpTopN {
         // No ratings is a valid input: the release is noise (counts, candidates and
         // Gram of nothing), charges nobody, and runs like any other, so that whether a
         // release exists does not tell an empty store from one with a rating.
-        let budgets = self.rating_budgets(data)?;
+        let budgets = data.release_budgets(self.eps_r)?;
         let (z, z_c, z_g) = self.multipliers()?;
         if !with_gram && self.count_share != 1.0 {
             return Err(invalid(
@@ -1121,29 +1121,6 @@ impl DpTopN {
         let mut g = sums.symmetric();
         add_symmetric_noise(&mut g, candidates.len(), sigma_gram, noise)?;
         Ok((g, sigma_gram))
-    }
-
-    /// Per-rating release budgets: the ledger's (borrowed: at 20M ratings a copy is 160
-    /// MB at the release's peak), else `eps_r` for all, else unlimited.
-    fn rating_budgets<'a>(
-        &self,
-        data: &TrainData<'a>,
-    ) -> Result<std::borrow::Cow<'a, [f64]>, TrainError> {
-        let n = data.ratings.len();
-        if data.rating_rho.is_some_and(|r| r.len() != n) {
-            return Err(invalid("rating_rho", "one rho per rating"));
-        }
-        Ok(match (data.budgets, self.eps_r) {
-            (Some(b), _) if b.len() != n => {
-                return Err(invalid(
-                    "budgets",
-                    format!("{} budgets for {n} ratings", b.len()),
-                ))
-            }
-            (Some(b), _) => std::borrow::Cow::Borrowed(b),
-            (None, Some(e)) => std::borrow::Cow::Owned(vec![e; n]),
-            (None, None) => std::borrow::Cow::Owned(vec![f64::INFINITY; n]),
-        })
     }
 
     /// What the rest of a full release goes to (section 2a of the proof note): the split
