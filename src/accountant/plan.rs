@@ -196,14 +196,66 @@ where
 
 /// The Gaussian noise multiplier z such that `plan.releases` releases of `per_release`
 /// Gaussian steps each (`Gaussian { z, count: per_release }`) fit the plan's filter.
+///
+/// A trainer asks for the same calibration at every release (and an audit or an eval
+/// runs thousands of releases), while each is a bisection of about 70 filter checks: the
+/// answer, a pure function of the four numbers, is remembered ([`GaussianCalibrations`]).
 pub fn calibrate_gaussian(plan: &LifetimePlan, per_release: u64) -> Result<f64, AccountantError> {
     if per_release == 0 {
         return Err(invalid("per_release", 0.0, ">= 1"));
     }
-    let orders = plan.filter()?.orders().to_vec();
-    calibrate_noise(plan, 1e-3, 1e6, |z| {
-        PrivacyEvent::gaussian(z, per_release)?.rdp_curve(&orders)
+    GaussianCalibrations::get_or_compute(plan, per_release, || {
+        let orders = plan.filter()?.orders().to_vec();
+        calibrate_noise(plan, 1e-3, 1e6, |z| {
+            PrivacyEvent::gaussian(z, per_release)?.rdp_curve(&orders)
+        })
     })
+}
+
+/// The process's remembered Gaussian calibrations, keyed by the exact plan
+/// (`releases`, the bits of `eps` and `delta`) and `per_release`. Errors are not
+/// remembered (they are cheap and rare). Bounded: emptied when it reaches
+/// [`GaussianCalibrations::MAX`] entries, which only a sweep over plans reaches.
+struct GaussianCalibrations;
+
+type CalibrationKey = (u32, u64, u64, u64);
+
+static GAUSSIAN_CALIBRATIONS: std::sync::Mutex<
+    Option<std::collections::HashMap<CalibrationKey, f64>>,
+> = std::sync::Mutex::new(None);
+
+impl GaussianCalibrations {
+    const MAX: usize = 4096;
+
+    fn get_or_compute(
+        plan: &LifetimePlan,
+        per_release: u64,
+        compute: impl FnOnce() -> Result<f64, AccountantError>,
+    ) -> Result<f64, AccountantError> {
+        let key = (
+            plan.releases,
+            plan.eps.to_bits(),
+            plan.delta.to_bits(),
+            per_release,
+        );
+        let lock = || {
+            GAUSSIAN_CALIBRATIONS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+        };
+        if let Some(&z) = lock().as_ref().and_then(|m| m.get(&key)) {
+            return Ok(z);
+        }
+        // Computed outside the lock: two threads may both compute it, with the same result.
+        let z = compute()?;
+        let mut memo = lock();
+        let map = memo.get_or_insert_with(Default::default);
+        if map.len() >= Self::MAX {
+            map.clear();
+        }
+        map.insert(key, z);
+        Ok(z)
+    }
 }
 
 /// The pure-DP eps per release such that `plan.releases` releases of
@@ -234,6 +286,41 @@ mod tests {
             .filter(|(_, cap)| **cap > 0.0)
             .map(|(a, cap)| (plan.releases as f64 * c as f64 * a / (2.0 * cap)).sqrt())
             .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Every part of the key matters: plans that differ in one number only get their own
+    /// calibration, asked twice in either order, equal to a calibration computed afresh.
+    #[test]
+    fn remembered_calibrations_are_keyed_by_the_whole_plan() {
+        let fresh = |plan: &LifetimePlan, c: u64| {
+            let orders = plan.filter().unwrap().orders().to_vec();
+            calibrate_noise(plan, 1e-3, 1e6, |z| {
+                PrivacyEvent::gaussian(z, c)?.rdp_curve(&orders)
+            })
+            .unwrap()
+        };
+        let cases = [
+            (LifetimePlan::new(37, 3.0, 1e-6).unwrap(), 1),
+            (LifetimePlan::new(38, 3.0, 1e-6).unwrap(), 1),
+            (LifetimePlan::new(37, 3.5, 1e-6).unwrap(), 1),
+            (LifetimePlan::new(37, 3.0, 1e-7).unwrap(), 1),
+            (LifetimePlan::new(37, 3.0, 1e-6).unwrap(), 2),
+        ];
+        let first: Vec<f64> = cases
+            .iter()
+            .map(|(p, c)| calibrate_gaussian(p, *c).unwrap())
+            .collect();
+        for (i, (p, c)) in cases.iter().enumerate().rev() {
+            let again = calibrate_gaussian(p, *c).unwrap();
+            assert_eq!(again.to_bits(), first[i].to_bits());
+            assert_eq!(again.to_bits(), fresh(p, *c).to_bits(), "case {i}");
+        }
+        for i in 1..cases.len() {
+            assert_ne!(
+                first[0], first[i],
+                "case {i} answered with case 0's calibration"
+            );
+        }
     }
 
     #[test]
