@@ -540,6 +540,17 @@ struct PhaseTimes {
     since_gap: usize,
     /// The longest transaction.
     longest: std::time::Duration,
+    rating_steps: RatingSteps,
+}
+
+/// Where the rating work of a commit goes: locking the rows (PostgreSQL), reading their
+/// stored state, writing the new spends, inserting the charge sets.
+#[derive(Debug, Default)]
+struct RatingSteps {
+    lock: std::time::Duration,
+    read: std::time::Duration,
+    update: std::time::Duration,
+    sets: std::time::Duration,
 }
 
 impl std::fmt::Display for PhaseTimes {
@@ -547,11 +558,16 @@ impl std::fmt::Display for PhaseTimes {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         write!(
             f,
-            "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms, paused {:.0} ms in {} pauses \
-             for requests and {} short gaps)",
+            "longest {:.1} ms (users {:.0} ms, ratings {:.0} ms: lock {:.0}, read {:.0}, \
+             update {:.0}, sets {:.0}; paused {:.0} ms in {} pauses for requests and {} short \
+             gaps)",
             ms(self.longest),
             ms(self.users),
             ms(self.ratings),
+            ms(self.rating_steps.lock),
+            ms(self.rating_steps.read),
+            ms(self.rating_steps.update),
+            ms(self.rating_steps.sets),
             ms(self.paused),
             self.pauses,
             self.gaps
@@ -588,7 +604,8 @@ async fn commit_chunk(
     }
     phases.users += t.elapsed();
     let t = Instant::now();
-    charge_ratings(store, &mut tx, id, rec, &ratings[chunk.ratings.clone()]).await?;
+    let part = &ratings[chunk.ratings.clone()];
+    charge_ratings(store, &mut tx, id, rec, part, &mut phases.rating_steps).await?;
     phases.ratings += t.elapsed();
     if publish && point.chunk + 1 == point.chunks {
         sqlx::query(
@@ -707,8 +724,14 @@ fn recheck_ratings(
     Ok(increments)
 }
 
-/// Users per statement that locks and reads their ratings (one bind each).
-const LOCK_USERS: usize = 64;
+/// Charged ratings per statement that locks and reads them (whole users, so a
+/// statement may take more).
+const LOCK_IDS: usize = 2_000;
+/// Charged ratings a user (on average over a statement's users) from which the statement
+/// selects by user rather than by id: twice the default arrival cap of a continual tick
+/// ([`crate::train::topn::continual::DEFAULT_CAP`]), and well under a full release's
+/// typical user (every rating charged). Either way is correct; this is speed only.
+const DENSE_PER_USER: usize = 2 * crate::train::topn::continual::DEFAULT_CAP;
 /// Ratings per UPDATE (their ids are literals, [`literal_ids`]).
 const UPDATE_IDS: usize = 5_000;
 /// Charge-set rows per INSERT (10 binds each).
@@ -725,53 +748,74 @@ async fn charge_ratings(
     release_id: i64,
     rec: &ReleaseRecord,
     part: &[&RatingChargeRow],
+    steps: &mut RatingSteps,
 ) -> Result<(), CommitError> {
     if part.is_empty() {
         return Ok(());
     }
-    let stored = lock_and_read_ratings(store, tx, part).await?;
+    let stored = lock_and_read_ratings(store, tx, part, steps).await?;
     let increments = recheck_ratings(part, &stored)?;
+    let t = Instant::now();
     update_spends(tx, part).await?;
-    insert_charge_sets(tx, release_id, rec, part, &increments).await
+    steps.update += t.elapsed();
+    let t = Instant::now();
+    insert_charge_sets(tx, release_id, rec, part, &increments).await?;
+    steps.sets += t.elapsed();
+    Ok(())
 }
 
-/// The stored `(eps, spent, rho)` of every rating of `part`'s users, locked.
+/// The stored `(eps, spent, rho)` of the charged ratings of `part`, locked.
 async fn lock_and_read_ratings(
     store: &Store,
     tx: &mut Tx,
     part: &[&RatingChargeRow],
+    steps: &mut RatingSteps,
 ) -> Result<HashMap<i64, (f64, f64, f64)>, CommitError> {
     // Lock in (user, item) order, the order ingestion locks in (no deadlock cycle on
-    // PostgreSQL): statements take consecutive users, each ordered by (user, item). Every
-    // rating of those users is locked and read; only the charged ones are used.
-    let mut users: Vec<&str> = part.iter().map(|c| &*c.user).collect();
-    users.dedup();
+    // PostgreSQL): statements take the charged ratings of consecutive users (`part` is
+    // sorted by user, and a user is never split between two statements), each ordered by
+    // (user, item) in SQL. Where the group charges many ratings a user (a release charges
+    // them all) the statements select the users' ratings through the (user, item) index,
+    // charged or not; where few (a continual tick charges its arrival cap's few), only the
+    // charged ones by id: locking all of them was most of a tick's commit, and selecting
+    // a full release's by id doubled its rating work on PostgreSQL (docs/BENCHMARKS.md).
     let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
-    for group in users.chunks(LOCK_USERS) {
-        let list = in_list(group.len());
+    for group in user_groups(part, LOCK_IDS) {
+        let mut users: Vec<&str> = group.iter().map(|c| &*c.user).collect();
+        users.dedup();
+        let by_users = group.len() >= DENSE_PER_USER * users.len();
+        // The users as binds, or the ids as literals (no binds: see `literal_ids`).
+        let (filter, binds) = if by_users {
+            (format!("user_id IN ({})", in_list(users.len())), &users[..])
+        } else {
+            let ids: Vec<i64> = group.iter().map(|c| c.rating_id).collect();
+            (format!("id IN ({})", literal_ids(&ids)), &[][..])
+        };
+        let t = Instant::now();
         if store.backend() == super::Backend::Postgres {
             // Row locks cannot be taken by a grouped query: lock first, in order.
             let sql = format!(
-                "SELECT COUNT(*) FROM (SELECT id FROM ratings WHERE user_id IN ({list}) \
+                "SELECT COUNT(*) FROM (SELECT id FROM ratings WHERE {filter} \
                  ORDER BY user_id, item_id FOR UPDATE) AS locked"
             );
-            let mut q = sqlx::query(&sql);
-            for u in group {
+            let mut q = sqlx::query(&sql).persistent(by_users);
+            for u in binds {
                 q = q.bind(*u);
             }
             q.fetch_one(&mut **tx).await?;
         }
+        steps.lock += t.elapsed();
+        let t = Instant::now();
         // Read the state grouped: ratings that took part in the same releases share
-        // (eps, spent, rho), so a few rows carry a user's ids as text instead of a row per
+        // (eps, spent, rho), so a few rows carry their ids as text instead of a row per
         // rating (sqlx's SQLite driver hands every row across threads: that transport, not
         // SQLite, was most of the commit's time). The values come back as doubles, exact.
         let sql = format!(
-            "SELECT eps, spent, rho, {} FROM ratings WHERE user_id IN ({list}) \
-             GROUP BY eps, spent, rho",
+            "SELECT eps, spent, rho, {} FROM ratings WHERE {filter} GROUP BY eps, spent, rho",
             store.id_list_aggregate()
         );
-        let mut q = sqlx::query(&sql);
-        for u in group {
+        let mut q = sqlx::query(&sql).persistent(by_users);
+        for u in binds {
             q = q.bind(*u);
         }
         for r in q.fetch_all(&mut **tx).await? {
@@ -784,8 +828,30 @@ async fn lock_and_read_ratings(
                 stored.insert(id, state);
             }
         }
+        steps.read += t.elapsed();
     }
     Ok(stored)
+}
+
+/// `part` (sorted by user) cut into runs of whole users of at least `ids` ratings each
+/// (the last may be shorter; one user's ratings may make a longer one).
+fn user_groups<'p, 'r>(
+    part: &'p [&'r RatingChargeRow],
+    ids: usize,
+) -> impl Iterator<Item = &'p [&'r RatingChargeRow]> {
+    let mut rest = part;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = ids.min(rest.len());
+        while end < rest.len() && rest[end].user == rest[end - 1].user {
+            end += 1;
+        }
+        let (group, tail) = rest.split_at(end);
+        rest = tail;
+        Some(group)
+    })
 }
 
 /// Writes each charged rating's new spend (the re-check passed).
@@ -998,5 +1064,45 @@ mod tests {
         assert_eq!(plan_chunks(2, 2, 1000).len(), 1);
         assert_eq!(plan_chunks(0, 0, 10).len(), 1);
         assert_eq!(plan_chunks(3, 16, 5).len(), 3 + 4);
+    }
+
+    /// The lock statements' groups: every charge once, in order, no user split between
+    /// two groups (the lock order), each group at least `ids` long except the last.
+    #[test]
+    fn lock_groups_take_whole_users_in_order() {
+        let user_sizes = [3, 1, 7, 2, 2, 1, 5];
+        let rows: Vec<RatingChargeRow> = user_sizes
+            .iter()
+            .enumerate()
+            .flat_map(|(u, &n)| {
+                let user: std::sync::Arc<str> = format!("u{u}").into();
+                (0..n).map(move |k| RatingChargeRow {
+                    rating_id: (100 * u + k) as i64,
+                    user: user.clone(),
+                    eps_train: 0.0,
+                    eps_popularity: 0.0,
+                    rho: 0.1,
+                })
+            })
+            .collect();
+        let part: Vec<&RatingChargeRow> = rows.iter().collect();
+        for ids in [1, 2, 4, 8, 100] {
+            let groups: Vec<_> = user_groups(&part, ids).collect();
+            let flat: Vec<i64> = groups
+                .iter()
+                .flat_map(|g| g.iter().map(|c| c.rating_id))
+                .collect();
+            let want: Vec<i64> = rows.iter().map(|c| c.rating_id).collect();
+            assert_eq!(flat, want, "ids {ids}");
+            for (k, g) in groups.iter().enumerate() {
+                assert!(!g.is_empty());
+                if k + 1 < groups.len() {
+                    assert!(g.len() >= ids, "ids {ids}: group {k} {}", g.len());
+                    assert_ne!(g.last().unwrap().user, groups[k + 1][0].user, "ids {ids}");
+                }
+            }
+        }
+        assert_eq!(user_groups(&part, 4).count(), 4, "u0+u1, u2, u3+u4, u5+u6");
+        assert_eq!(user_groups(&[], 4).count(), 0);
     }
 }
