@@ -266,7 +266,8 @@ both_backends!(node_noise_survives_a_crash);
 /// deleted before it was
 /// counted and rated again later (its rating id is old: only the read of updated ratings
 /// offers it), a counted pair deleted (it stays counted), unaffordable ratings, an item
-/// registered late, and a tick with nothing new.
+/// registered late, a tick with nothing new, and a user whose first ratings (more than
+/// a tick reads of a user at first) are unaffordable.
 async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
     use dprec::release::continual::plan_tick;
     use dprec::store::SeriesState;
@@ -285,6 +286,15 @@ async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
         .await;
     app.ingest(&[("p", "i0", 3.0, Some(0.001)), ("p", "i1", 3.0, Some(0.001))])
         .await;
+    // "q" rates ten items, the first eight (at least what a tick reads of a user at first,
+    // `FIRST_READ_PER_CAP` x the cap 4) unaffordable: only a second read finds i8 and i9.
+    let q: Vec<(String, Option<f64>)> = (0..10)
+        .map(|j| (format!("i{j}"), (j < 8).then_some(0.001)))
+        .collect();
+    let q: Vec<(&str, &str, f64, Option<f64>)> =
+        q.iter().map(|(i, e)| ("q", i.as_str(), 3.0, *e)).collect();
+    app.ingest(&q).await;
+    assert!(dprec::release::continual::FIRST_READ_PER_CAP * 4 <= 8);
     assert!(app.store.delete_rating("d", "i1").await.unwrap());
     type Rows = Vec<(&'static str, &'static str, f64, Option<f64>)>;
     let mut between: Vec<Rows> = vec![
@@ -352,6 +362,7 @@ async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
         );
         match (tick, s.period) {
             // The re-rated pair is counted at tick 2, the unaffordable ones never.
+            (0, 1) => assert!(got.contains(&("q".into(), "i8".into())), "{got:?}"),
             (1, 2) => assert!(got.contains(&("d".into(), "i1".into())), "{got:?}"),
             (2, 3) => assert!(got.is_empty(), "{got:?}"),
             (4, 1) => assert_eq!(s.id, first + 1, "the fifth tick starts a new series"),
