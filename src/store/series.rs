@@ -45,8 +45,13 @@ pub struct SeriesTick {
     pub admitted: Vec<(Arc<str>, Arc<str>, i64)>,
 }
 
-/// Rows per multi-row INSERT (5 binds each: well below SQLite's bind limit).
-const INSERT_ROWS: usize = 200;
+/// Rows per multi-row INSERT of a tick's record: its integers (store-assigned ids, the
+/// period) are literals and only the user and item ids binds, at most 200 a statement:
+/// sqlx binds SQLite parameters by name, and `sqlite3_bind_parameter_name` scans the
+/// statement's list, so a statement's binds cost O(binds^2). With 5 binds a row and 200
+/// rows a statement, recording a first tick's 2.2M admitted pairs at 20M ratings took
+/// 21 s (docs/BENCHMARKS.md).
+const INSERT_ROWS: usize = 100;
 
 fn bad(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("release series: {e}"))
@@ -255,42 +260,39 @@ impl Store {
         }
         let t = tick.period as i64;
         for chunk in tick.members.chunks(INSERT_ROWS) {
-            let mut sql = String::from(
-                "INSERT INTO series_members (series_id, user_id, joined_period, admitted) VALUES ",
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|k| format!("({id}, ${}, {t}, {})", k + 1, i64::from(chunk[k].1)))
+                .collect();
+            let sql = format!(
+                "INSERT INTO series_members (series_id, user_id, joined_period, admitted) \
+                 VALUES {} ON CONFLICT (series_id, user_id) DO NOTHING",
+                rows.join(", ")
             );
-            for k in 0..chunk.len() {
-                let b = 4 * k;
-                let sep = if k == 0 { "" } else { ", " };
-                sql += &format!("{sep}(${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4);
-            }
-            sql += " ON CONFLICT (series_id, user_id) DO NOTHING";
-            let mut q = sqlx::query(&sql);
-            for (user, admitted) in chunk {
-                q = q.bind(id).bind(&**user).bind(t).bind(i64::from(*admitted));
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (user, _) in chunk {
+                q = q.bind(&**user);
             }
             q.execute(&mut *tx).await?;
         }
         for chunk in tick.admitted.chunks(INSERT_ROWS) {
-            let mut sql = String::from(
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|k| {
+                    format!(
+                        "({id}, ${}, ${}, {}, {t})",
+                        2 * k + 1,
+                        2 * k + 2,
+                        chunk[k].2
+                    )
+                })
+                .collect();
+            let sql = format!(
                 "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
-                 VALUES ",
+                 VALUES {} ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
+                rows.join(", ")
             );
-            for k in 0..chunk.len() {
-                let b = 5 * k;
-                let sep = if k == 0 { "" } else { ", " };
-                sql += &format!(
-                    "{sep}(${}, ${}, ${}, ${}, ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5
-                );
-            }
-            sql += " ON CONFLICT (series_id, user_id, item_id) DO NOTHING";
-            let mut q = sqlx::query(&sql);
-            for (user, item, rating) in chunk {
-                q = q.bind(id).bind(&**user).bind(&**item).bind(*rating).bind(t);
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (user, item, _) in chunk {
+                q = q.bind(&**user).bind(&**item);
             }
             q.execute(&mut *tx).await?;
         }
