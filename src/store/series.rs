@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sqlx::Row;
 
-use super::{now_ms, OfferMark, Store, StoreError};
+use super::{now_ms, Backend, OfferMark, Store, StoreError};
 use crate::privacy::tree::Node;
 use crate::train::topn::continual::SeriesParams;
 
@@ -45,7 +45,7 @@ pub struct SeriesTick {
     pub admitted: Vec<(Arc<str>, Arc<str>, i64)>,
 }
 
-/// Rows per multi-row INSERT of a tick's record: its integers (store-assigned ids, the
+/// Rows per multi-row INSERT of a tick's record on SQLite: its integers (store-assigned ids, the
 /// period) are literals and only the user and item ids binds, at most 200 a statement:
 /// sqlx binds SQLite parameters by name, and `sqlite3_bind_parameter_name` scans the
 /// statement's list, so a statement's binds cost O(binds^2). With 5 binds a row and 200
@@ -235,8 +235,9 @@ impl Store {
     }
 
     /// Records tick `tick.period` of series `id` in one transaction: its members, its
-    /// admitted pairs, the new period and how far it read, and forgets the nodes no later tick needs. Refused unless the stored period is the one
-    /// before (a tick is recorded once).
+    /// admitted pairs, the new period and how far it read, and forgets the nodes no later
+    /// tick needs. Refused unless the stored period is the one before (a tick is recorded
+    /// once).
     pub async fn advance_series(&self, id: i64, tick: &SeriesTick) -> Result<(), StoreError> {
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
@@ -259,42 +260,10 @@ impl Store {
             )));
         }
         let t = tick.period as i64;
-        for chunk in tick.members.chunks(INSERT_ROWS) {
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|k| format!("({id}, ${}, {t}, {})", k + 1, i64::from(chunk[k].1)))
-                .collect();
-            let sql = format!(
-                "INSERT INTO series_members (series_id, user_id, joined_period, admitted) \
-                 VALUES {} ON CONFLICT (series_id, user_id) DO NOTHING",
-                rows.join(", ")
-            );
-            let mut q = sqlx::query(&sql).persistent(false);
-            for (user, _) in chunk {
-                q = q.bind(&**user);
-            }
-            q.execute(&mut *tx).await?;
-        }
-        for chunk in tick.admitted.chunks(INSERT_ROWS) {
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|k| {
-                    format!(
-                        "({id}, ${}, ${}, {}, {t})",
-                        2 * k + 1,
-                        2 * k + 2,
-                        chunk[k].2
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
-                 VALUES {} ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
-                rows.join(", ")
-            );
-            let mut q = sqlx::query(&sql).persistent(false);
-            for (user, item, _) in chunk {
-                q = q.bind(&**user).bind(&**item);
-            }
-            q.execute(&mut *tx).await?;
+        if self.backend() == Backend::Postgres {
+            record_tick_pg(&mut tx, id, t, tick).await?;
+        } else {
+            record_tick_sqlite(&mut tx, id, t, tick).await?;
         }
         // Nodes no later tick uses (`continual::node_retired`): keeps O(levels)
         // noise vectors per series instead of 2T - 1.
@@ -309,4 +278,103 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// A tick's members and admitted pairs on SQLite: multi-row statements of
+/// [`INSERT_ROWS`] rows, the integers as literals (store-assigned numbers).
+async fn record_tick_sqlite(
+    tx: &mut super::Tx,
+    id: i64,
+    t: i64,
+    tick: &SeriesTick,
+) -> Result<(), StoreError> {
+    for chunk in tick.members.chunks(INSERT_ROWS) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|k| format!("({id}, ${}, {t}, {})", k + 1, i64::from(chunk[k].1)))
+            .collect();
+        let sql = format!(
+            "INSERT INTO series_members (series_id, user_id, joined_period, admitted) \
+                 VALUES {} ON CONFLICT (series_id, user_id) DO NOTHING",
+            rows.join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for (user, _) in chunk {
+            q = q.bind(&**user);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    for chunk in tick.admitted.chunks(INSERT_ROWS) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|k| {
+                format!(
+                    "({id}, ${}, ${}, {}, {t})",
+                    2 * k + 1,
+                    2 * k + 2,
+                    chunk[k].2
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
+                 VALUES {} ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
+            rows.join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for (user, item, _) in chunk {
+            q = q.bind(&**user).bind(&**item);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Rows per statement of [`record_tick_pg`] (each column one array parameter).
+const PG_ARRAY_ROWS: usize = 20_000;
+
+/// A tick's members and admitted pairs on PostgreSQL: one statement per
+/// [`PG_ARRAY_ROWS`] rows over array parameters (`unnest`), as ingestion writes
+/// (`store::ratings_pg`); 100-row statements with literals were parsed one by one (23 s
+/// for 2.2M pairs at 20M ratings against 16 s with binds, docs/BENCHMARKS.md).
+async fn record_tick_pg(
+    tx: &mut super::Tx,
+    id: i64,
+    t: i64,
+    tick: &SeriesTick,
+) -> Result<(), StoreError> {
+    use super::ratings_pg::text_array;
+    let ints = |xs: &mut dyn Iterator<Item = i64>| {
+        format!(
+            "{{{}}}",
+            xs.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+        )
+    };
+    for chunk in tick.members.chunks(PG_ARRAY_ROWS) {
+        sqlx::query(
+            "INSERT INTO series_members (series_id, user_id, joined_period, admitted) \
+             SELECT $1, q.u, $2, q.a FROM unnest($3::text[], $4::bigint[]) AS q(u, a) \
+             ON CONFLICT (series_id, user_id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(t)
+        .bind(text_array(chunk.iter().map(|(u, _)| &**u)))
+        .bind(ints(&mut chunk.iter().map(|(_, a)| i64::from(*a))))
+        .execute(&mut **tx)
+        .await?;
+    }
+    for chunk in tick.admitted.chunks(PG_ARRAY_ROWS) {
+        sqlx::query(
+            "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
+             SELECT $1, q.u, q.i, q.r, $2 \
+             FROM unnest($3::text[], $4::text[], $5::bigint[]) AS q(u, i, r) \
+             ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(t)
+        .bind(text_array(chunk.iter().map(|(u, _, _)| &**u)))
+        .bind(text_array(chunk.iter().map(|(_, i, _)| &**i)))
+        .bind(ints(&mut chunk.iter().map(|(_, _, r)| *r)))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }

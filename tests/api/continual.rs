@@ -294,7 +294,7 @@ async fn steady_ticks_decide_what_a_whole_snapshot_decides(url: &str) {
     let q: Vec<(&str, &str, f64, Option<f64>)> =
         q.iter().map(|(i, e)| ("q", i.as_str(), 3.0, *e)).collect();
     app.ingest(&q).await;
-    assert!(dprec::release::continual::FIRST_READ_PER_CAP * 4 <= 8);
+    const { assert!(dprec::release::continual::FIRST_READ_PER_CAP * 4 <= 8) };
     assert!(app.store.delete_rating("d", "i1").await.unwrap());
     type Rows = Vec<(&'static str, &'static str, f64, Option<f64>)>;
     let mut between: Vec<Rows> = vec![
