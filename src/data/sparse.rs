@@ -18,17 +18,24 @@ pub struct Compressed {
     pub source: Vec<u32>,
 }
 
+/// The row offsets of a counting sort: `indptr[r]..indptr[r + 1]` is where the entries
+/// whose row is `r` go (`rows` holds each entry's row, in any order).
+fn row_offsets(n_rows: usize, rows: &[u32]) -> Vec<usize> {
+    let mut indptr = vec![0usize; n_rows + 1];
+    for &r in rows {
+        indptr[r as usize + 1] += 1;
+    }
+    for r in 0..n_rows {
+        indptr[r + 1] += indptr[r];
+    }
+    indptr
+}
+
 impl Compressed {
     /// Groups `rows[k]` -> (`cols[k]`, `values[k]`) by row, keeping input order within a row.
     fn build(n_rows: usize, rows: &[u32], cols: &[u32], values: &[f32]) -> Self {
         let n = rows.len();
-        let mut indptr = vec![0usize; n_rows + 1];
-        for &r in rows {
-            indptr[r as usize + 1] += 1;
-        }
-        for r in 0..n_rows {
-            indptr[r + 1] += indptr[r];
-        }
+        let indptr = row_offsets(n_rows, rows);
         let mut next = indptr.clone();
         let mut indices = vec![0u32; n];
         let mut vals = vec![0f32; n];
@@ -73,13 +80,7 @@ impl Compressed {
     /// what [`Compressed::build`] makes from the source with rows and columns swapped.
     fn transpose(&self, n_cols: usize) -> Compressed {
         let n = self.indices.len();
-        let mut indptr = vec![0usize; n_cols + 1];
-        for &c in &self.indices {
-            indptr[c as usize + 1] += 1;
-        }
-        for c in 0..n_cols {
-            indptr[c + 1] += indptr[c];
-        }
+        let indptr = row_offsets(n_cols, &self.indices);
         let mut next = indptr.clone();
         let mut indices = vec![0u32; n];
         let mut values = vec![0f32; n];
