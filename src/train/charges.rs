@@ -161,7 +161,7 @@ pub struct ReleaseCharges {
     /// Gaussian release of rating-level multiplier `z` is charged `1 / (2 z^2)`, composed
     /// with its earlier Gaussian charges before conversion ([`crate::ledger::rating_loss`]).
     #[serde(default)]
-    pub rating_rho: Vec<RatingRho>,
+    pub rating_rho: RatingRhos,
 }
 
 /// A Gaussian charge to one rating, in zCDP `rho`.
@@ -170,6 +170,89 @@ pub struct RatingRho {
     /// Position of the rating in the training [`crate::data::Ratings`].
     pub position: u32,
     pub rho: f64,
+}
+
+/// Gaussian charges to ratings, in the order pushed, stored as rating positions with
+/// one `rho` a run of equal charges: a release charges every full participant the same
+/// `1 / (2 z_r^2)`, so a charge takes 4 bytes instead of a [`RatingRho`]'s 16 (320 MB of
+/// a release's peak at 20M ratings, docs/BENCHMARKS.md). Serialised as the list of
+/// [`RatingRho`] it holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Vec<RatingRho>", into = "Vec<RatingRho>")]
+pub struct RatingRhos {
+    positions: Vec<u32>,
+    /// `(first index into positions, rho)`, a new run whenever the charge changes (by
+    /// bits), so equal lists are equal values.
+    runs: Vec<(usize, f64)>,
+}
+
+impl RatingRhos {
+    /// An empty list with room for `n` charges (of one run).
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            positions: Vec::with_capacity(n),
+            runs: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, c: RatingRho) {
+        if self
+            .runs
+            .last()
+            .is_none_or(|r| r.1.to_bits() != c.rho.to_bits())
+        {
+            self.runs.push((self.positions.len(), c.rho));
+        }
+        self.positions.push(c.position);
+    }
+
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.positions.shrink_to_fit();
+        self.runs.shrink_to_fit();
+    }
+
+    /// The charges in the order pushed.
+    pub fn iter(&self) -> impl Iterator<Item = RatingRho> + '_ {
+        self.runs
+            .iter()
+            .enumerate()
+            .flat_map(move |(k, &(start, rho))| {
+                let end = self.runs.get(k + 1).map_or(self.positions.len(), |r| r.0);
+                self.positions[start..end]
+                    .iter()
+                    .map(move |&position| RatingRho { position, rho })
+            })
+    }
+}
+
+impl FromIterator<RatingRho> for RatingRhos {
+    fn from_iter<I: IntoIterator<Item = RatingRho>>(iter: I) -> Self {
+        let mut out = Self::default();
+        for c in iter {
+            out.push(c);
+        }
+        out
+    }
+}
+
+impl From<Vec<RatingRho>> for RatingRhos {
+    fn from(v: Vec<RatingRho>) -> Self {
+        v.into_iter().collect()
+    }
+}
+
+impl From<RatingRhos> for Vec<RatingRho> {
+    fn from(r: RatingRhos) -> Self {
+        r.iter().collect()
+    }
 }
 
 /// A summary of a release's charges for reports: per-rating eps and per-user (eps, delta).
@@ -213,7 +296,7 @@ impl ReleaseCharges {
             mechanisms: vec![mechanism],
             ratings,
             users,
-            rating_rho: Vec::new(),
+            rating_rho: RatingRhos::default(),
         }
     }
 
@@ -233,7 +316,7 @@ impl ReleaseCharges {
     /// Total Gaussian `rho` per rating position (length `n`).
     pub fn rating_rho_totals(&self, n: usize) -> Vec<f64> {
         let mut t = vec![0.0; n];
-        for c in &self.rating_rho {
+        for c in self.rating_rho.iter() {
             t[c.position as usize] += c.rho;
         }
         t
@@ -277,5 +360,39 @@ impl ReleaseCharges {
             max_user_eps,
             delta,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compact list gives back what was pushed, in order, through runs of equal and
+    /// changing charges; equal lists are equal values; its JSON is the plain list's.
+    #[test]
+    fn rating_rhos_keep_every_charge_in_order() {
+        let rhos = [0.5, 0.5, 0.25, 0.5, 0.5, 0.5, 1e-300, 0.0, 0.0];
+        let list: Vec<RatingRho> = rhos
+            .iter()
+            .enumerate()
+            .map(|(k, &rho)| RatingRho {
+                position: (7 * k % 11) as u32,
+                rho,
+            })
+            .collect();
+        let mut compact = RatingRhos::with_capacity(2);
+        for c in &list {
+            compact.push(*c);
+        }
+        assert_eq!(compact.len(), list.len());
+        assert_eq!(compact.iter().collect::<Vec<_>>(), list);
+        assert_eq!(compact.runs.len(), 5, "{:?}", compact.runs);
+        assert_eq!(list.iter().copied().collect::<RatingRhos>(), compact);
+        let json = serde_json::to_string(&compact).unwrap();
+        assert_eq!(json, serde_json::to_string(&list).unwrap());
+        let back: RatingRhos = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, compact);
+        assert!(RatingRhos::default().is_empty());
+        assert_eq!(RatingRhos::default().iter().count(), 0);
     }
 }

@@ -143,7 +143,7 @@ impl Trainer for FakeDp {
                 }],
                 ratings,
                 users,
-                rating_rho: Vec::new(),
+                rating_rho: Default::default(),
             },
             guarantee: Guarantee::Proven,
             ranker: None,

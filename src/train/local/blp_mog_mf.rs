@@ -189,7 +189,7 @@ fn simulated_charges(r: &Ratings, eps: f64, mechanism: Simulated) -> ReleaseChar
                 event: PrivacyEvent::PureDp { eps, count },
             })
             .collect(),
-        rating_rho: Vec::new(),
+        rating_rho: Default::default(),
     }
 }
 

@@ -264,7 +264,7 @@ impl Trainer for PrivateGd {
             }],
             ratings: Vec::new(),
             users,
-            rating_rho: Vec::new(),
+            rating_rho: Default::default(),
         };
         Ok(Fitted {
             model,

@@ -373,7 +373,7 @@ impl Nbm {
             ],
             ratings,
             users,
-            rating_rho: Vec::new(),
+            rating_rho: Default::default(),
         })
     }
 

@@ -943,7 +943,7 @@ mod tests {
         // Every rating takes full part at the bias-only rating-level multiplier.
         let z_r = t.rating_multiplier_on(RatingScale::ONE_TO_FIVE).unwrap();
         assert_eq!(fit.charges.rating_rho.len(), r.len());
-        for c in &fit.charges.rating_rho {
+        for c in fit.charges.rating_rho.iter() {
             assert!((c.rho - 1.0 / (2.0 * z_r * z_r)).abs() < 1e-12);
         }
         assert!(fit.charges.ratings.is_empty());

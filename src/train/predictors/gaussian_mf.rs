@@ -565,7 +565,7 @@ pub(crate) fn user_step_charges(
         mechanisms: vec![record],
         ratings: Vec::new(),
         users,
-        rating_rho: Vec::new(),
+        rating_rho: Default::default(),
     }
 }
 

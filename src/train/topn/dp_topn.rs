@@ -42,7 +42,8 @@ use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
 use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, RatingRhos, ReleaseCharges,
+    UserCharge,
 };
 use crate::train::topn::history::{drift_for, CountHistory};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
@@ -320,7 +321,7 @@ pub struct Sample {
     /// trainer's charges were 320 MB at the release's peak (docs/BENCHMARKS.md).
     pub charges: Vec<RatingCharge>,
     /// The zCDP `rho` charged to each rating that takes full part (by position).
-    pub rho: Vec<RatingRho>,
+    pub rho: RatingRhos,
     /// Users with at least one offered rating (charged at user level).
     pub offered_users: Vec<bool>,
 }
@@ -373,9 +374,9 @@ pub fn sample_ratings(
     let liked_min = liked_min.unwrap_or(f64::NEG_INFINITY);
     let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
     // Sized for every offered rating taking full part (the served default's case):
-    // grown by doubling, the list held up to 2^25 slots of 16 bytes at 20M ratings.
+    // grown by doubling, the list held up to 2^25 slots at 20M ratings.
     let offered = budgets.iter().filter(|&&b| b > 0.0).count();
-    let (mut charges, mut rho) = (Vec::new(), Vec::with_capacity(offered));
+    let (mut charges, mut rho) = (Vec::new(), RatingRhos::with_capacity(offered));
     let mut offered_users = vec![false; m.n_users];
     if m.n_items > BELOW as usize {
         return Err(invalid("n_items", "at most 2^31 items"));

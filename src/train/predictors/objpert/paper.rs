@@ -167,7 +167,7 @@ impl Trainer for PaperPmf {
                 mechanisms: vec![record],
                 ratings,
                 users,
-                rating_rho: Vec::new(),
+                rating_rho: Default::default(),
             },
             guarantee: Guarantee::PaperClaimed,
             ranker: None,

@@ -598,7 +598,7 @@ fn step_charges(
         mechanisms: vec![record],
         ratings: rating_charges,
         users,
-        rating_rho: Vec::new(),
+        rating_rho: Default::default(),
     })
 }
 
