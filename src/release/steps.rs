@@ -500,16 +500,16 @@ fn rating_rows(
     // one): at 20M ratings a column of zeros is 160 MB beside the charge rows.
     let column = |empty: bool, totals: &dyn Fn() -> Vec<f64>| (!empty).then(totals);
     let train = column(trainer.ratings.is_empty(), &|| trainer.rating_totals(n));
-    let rho = column(trainer.rating_rho.is_empty(), &|| {
-        trainer.rating_rho_totals(n)
-    });
+    // One bit a rating where every full participant got the same charge.
+    let rho = (!trainer.rating_rho.is_empty()).then(|| trainer.rating_rho.totals(n));
     let pop = column(popularity.ratings.is_empty(), &|| {
         popularity.rating_totals(n)
     });
-    // Summed: the trainer's lists (16 bytes a charged rating) go before the rows come.
+    // Summed: the trainer's lists go before the rows come.
     drop(trainer);
     let at = |c: &Option<Vec<f64>>, k: usize| c.as_ref().map_or(0.0, |c| c[k]);
-    let (train, rho, pop) = (|k| at(&train, k), |k| at(&rho, k), |k| at(&pop, k));
+    let rho = |k| rho.as_ref().map_or(0.0, |r| r.get(k));
+    let (train, pop) = (|k| at(&train, k), |k| at(&pop, k));
     // Sized once: at scale nearly every rating is charged, and a doubling vector would
     // hold up to twice the rows.
     let charged = (0..n)

@@ -233,6 +233,58 @@ impl RatingRhos {
     }
 }
 
+impl RatingRhos {
+    /// Each rating position's total Gaussian charge (`n` positions), held as one bit a
+    /// rating when every charge is the same value and no position is charged twice (a
+    /// release's full participants), else as a dense column (8 bytes a rating, 160 MB at
+    /// 20M ratings beside the charge rows).
+    pub fn totals(&self, n: usize) -> RhoTotals {
+        if let [(_, rho)] = self.runs[..] {
+            let mut charged = vec![0u64; n.div_ceil(64)];
+            let mut once = true;
+            for &p in &self.positions {
+                let (word, bit) = (p as usize / 64, 1u64 << (p % 64));
+                once &= charged[word] & bit == 0;
+                charged[word] |= bit;
+            }
+            if once {
+                return RhoTotals::Uniform { rho, charged };
+            }
+        }
+        let mut t = vec![0.0; n];
+        for c in self.iter() {
+            t[c.position as usize] += c.rho;
+        }
+        RhoTotals::Dense(t)
+    }
+}
+
+/// [`RatingRhos::totals`]: the total Gaussian charge of each rating position.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RhoTotals {
+    /// The positions whose bit is set were charged `rho` once; the others nothing.
+    Uniform {
+        rho: f64,
+        charged: Vec<u64>,
+    },
+    Dense(Vec<f64>),
+}
+
+impl RhoTotals {
+    pub fn get(&self, k: usize) -> f64 {
+        match self {
+            Self::Uniform { rho, charged } => {
+                if charged[k / 64] & (1 << (k % 64)) != 0 {
+                    *rho
+                } else {
+                    0.0
+                }
+            }
+            Self::Dense(t) => t[k],
+        }
+    }
+}
+
 impl FromIterator<RatingRho> for RatingRhos {
     fn from_iter<I: IntoIterator<Item = RatingRho>>(iter: I) -> Self {
         let mut out = Self::default();
@@ -315,11 +367,8 @@ impl ReleaseCharges {
 
     /// Total Gaussian `rho` per rating position (length `n`).
     pub fn rating_rho_totals(&self, n: usize) -> Vec<f64> {
-        let mut t = vec![0.0; n];
-        for c in self.rating_rho.iter() {
-            t[c.position as usize] += c.rho;
-        }
-        t
+        let totals = self.rating_rho.totals(n);
+        (0..n).map(|k| totals.get(k)).collect()
     }
 
     /// The events charged to each user, grouped by user index.
@@ -392,6 +441,41 @@ mod tests {
         assert_eq!(json, serde_json::to_string(&list).unwrap());
         let back: RatingRhos = serde_json::from_str(&json).unwrap();
         assert_eq!(back, compact);
+        // Totals: dense here (several values, a position charged twice), one bit a
+        // rating for one value charged once each; the same numbers either way.
+        let n = 11;
+        let mut dense = vec![0.0; n];
+        for c in &list {
+            dense[c.position as usize] += c.rho;
+        }
+        let totals = compact.totals(n);
+        assert!(matches!(totals, RhoTotals::Dense(_)));
+        assert_eq!((0..n).map(|k| totals.get(k)).collect::<Vec<_>>(), dense);
+        let uniform: RatingRhos = [9, 0, 130, 64, 63]
+            .map(|position| RatingRho {
+                position,
+                rho: 0.125,
+            })
+            .into_iter()
+            .collect();
+        let totals = uniform.totals(131);
+        assert!(matches!(totals, RhoTotals::Uniform { .. }));
+        for k in 0..131 {
+            let want = if [9, 0, 130, 64, 63].contains(&k) {
+                0.125
+            } else {
+                0.0
+            };
+            assert_eq!(totals.get(k), want, "position {k}");
+        }
+        let twice: RatingRhos = [3, 5, 3]
+            .map(|position| RatingRho {
+                position,
+                rho: 0.125,
+            })
+            .into_iter()
+            .collect();
+        assert_eq!(twice.totals(6).get(3), 0.25);
         assert!(RatingRhos::default().is_empty());
         assert_eq!(RatingRhos::default().iter().count(), 0);
     }
