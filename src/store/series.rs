@@ -45,12 +45,12 @@ pub struct SeriesTick {
     pub admitted: Vec<(Arc<str>, Arc<str>, i64)>,
 }
 
-/// Rows per multi-row INSERT of a tick's record on SQLite: its integers (store-assigned ids, the
-/// period) are literals and only the user and item ids binds, at most 200 a statement:
-/// sqlx binds SQLite parameters by name, and `sqlite3_bind_parameter_name` scans the
-/// statement's list, so a statement's binds cost O(binds^2). With 5 binds a row and 200
-/// rows a statement, recording a first tick's 2.2M admitted pairs at 20M ratings took
-/// 21 s (docs/BENCHMARKS.md).
+/// Rows per multi-row INSERT of a tick's record on SQLite: its integers (store-assigned
+/// ids, the period) are literals and only the user and item ids binds, at most 200 a
+/// statement: sqlx binds SQLite parameters by name, and `sqlite3_bind_parameter_name`
+/// scans the statement's list, so a statement's binds cost O(binds^2). With 5 binds a row
+/// and 200 rows a statement, recording a first tick's 2.2M admitted pairs at 20M ratings
+/// took 21 s (13 s now, docs/BENCHMARKS.md).
 const INSERT_ROWS: usize = 100;
 
 fn bad(e: impl std::fmt::Display) -> StoreError {
@@ -294,7 +294,7 @@ async fn record_tick_sqlite(
             .collect();
         let sql = format!(
             "INSERT INTO series_members (series_id, user_id, joined_period, admitted) \
-                 VALUES {} ON CONFLICT (series_id, user_id) DO NOTHING",
+             VALUES {} ON CONFLICT (series_id, user_id) DO NOTHING",
             rows.join(", ")
         );
         let mut q = sqlx::query(&sql).persistent(false);
@@ -316,7 +316,7 @@ async fn record_tick_sqlite(
             .collect();
         let sql = format!(
             "INSERT INTO series_admitted (series_id, user_id, item_id, rating_id, period) \
-                 VALUES {} ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
+             VALUES {} ON CONFLICT (series_id, user_id, item_id) DO NOTHING",
             rows.join(", ")
         );
         let mut q = sqlx::query(&sql).persistent(false);
