@@ -112,7 +112,10 @@ fn main() -> anyhow::Result<()> {
     });
     let sample = sample_ratings(
         &data,
-        &vec![f64::INFINITY; r.len()],
+        dprec::train::PerRating::Same {
+            value: f64::INFINITY,
+            len: r.len(),
+        },
         1.0,
         1e-6,
         a.cap,

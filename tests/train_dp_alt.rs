@@ -42,7 +42,7 @@ fn charges_follow_the_ledger_rules() {
         .collect();
     let t = alt(&[]);
     let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-    data.budgets = Some(&budgets);
+    data.budgets = Some((&budgets).into());
     let fit = t.fit(&data, &mut dprec::rng::seeded(1)).unwrap();
     assert_eq!(fit.guarantee, Guarantee::Proven);
     let eps = fit.charges.rating_totals(r.len());

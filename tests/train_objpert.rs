@@ -593,7 +593,7 @@ fn published_parameters_do_not_depend_on_the_ratings_present() {
         for (r, e) in with_and_without_one(2.5) {
             let m = Interactions::new(&r);
             let data = TrainData {
-                budgets: Some(&e),
+                budgets: Some((&e).into()),
                 ..TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE)
             };
             let f = t.fit(&data, &mut seeded(4)).unwrap();

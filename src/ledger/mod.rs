@@ -314,6 +314,9 @@ pub struct Admitted {
     /// The rating's Gaussian loss so far (zCDP `rho`): a Gaussian trainer's charge is
     /// the increase of [`gaussian_eps`] from here.
     pub rho: f64,
+    /// The rating's pure spend so far (with `rho`, what the release's charges are checked
+    /// against without the snapshot, which goes before the fit).
+    pub spent: f64,
 }
 
 /// What an admitted rating may spend: the same for every rating in the same budget state,
@@ -324,15 +327,17 @@ struct Terms {
     popularity: bool,
     train_budget: f64,
     rho: f64,
+    spent: f64,
 }
 
 impl Terms {
-    fn key(&self) -> [u64; 4] {
+    fn key(&self) -> [u64; 5] {
         [
             self.share.to_bits(),
             u64::from(self.popularity),
             self.train_budget.to_bits(),
             self.rho.to_bits(),
+            self.spent.to_bits(),
         ]
     }
 }
@@ -344,7 +349,7 @@ impl Terms {
 pub struct Plan {
     admitted: Vec<(u32, u32)>,
     terms: Vec<Terms>,
-    terms_index: HashMap<[u64; 4], u32>,
+    terms_index: HashMap<[u64; 5], u32>,
     pub ratings_exhausted: usize,
     /// Users left out, with the reason.
     pub users_excluded: BTreeMap<String, Exclusion>,
@@ -370,6 +375,7 @@ impl Plan {
             popularity: a.popularity,
             train_budget: a.train_budget,
             rho: a.rho,
+            spent: a.spent,
         };
         let next = self.terms.len() as u32;
         let k = *self.terms_index.entry(t.key()).or_insert(next);
@@ -397,11 +403,22 @@ impl Plan {
             popularity: t.popularity,
             train_budget: t.train_budget,
             rho: t.rho,
+            spent: t.spent,
         }
     }
 
     pub fn admitted_len(&self) -> usize {
         self.admitted.len()
+    }
+
+    /// Each admitted rating's terms as an index (in admission order), with each terms'
+    /// training budget and Gaussian loss so far: what a trainer reads per rating, 4 bytes
+    /// a rating instead of 16 ([`crate::train::PerRating::Coded`]).
+    pub fn terms_columns(&self) -> (Vec<u32>, Vec<f64>, Vec<f64>) {
+        let codes = self.admitted.iter().map(|&(_, k)| k).collect();
+        let budget = self.terms.iter().map(|t| t.train_budget).collect();
+        let rho = self.terms.iter().map(|t| t.rho).collect();
+        (codes, budget, rho)
     }
 }
 
@@ -492,6 +509,7 @@ pub fn plan_inputs<'a>(
                     popularity,
                     train_budget,
                     rho: r.rho,
+                    spent: r.spent,
                 });
             }
         }

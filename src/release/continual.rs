@@ -24,8 +24,8 @@ use super::{ReleaseError, Released, Retrainer, StageClock};
 use crate::ledger::{fits_with_rho, UserBudget};
 use crate::serve::{Popularity, Published, ReleaseMeta, StoredModel};
 use crate::store::{
-    commit_release, OfferMark, OfferRead, OfferedRating, RatingChargeRow, ReleaseRecord, SeriesRow,
-    SeriesState, SeriesTick, Snapshot, UPDATE_OVERLAP_MS,
+    commit_release, OfferMark, OfferRead, OfferedRating, RatingChargeRow, RatingCharges,
+    ReleaseRecord, SeriesRow, SeriesState, SeriesTick, Snapshot, UPDATE_OVERLAP_MS,
 };
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::topn::continual::{
@@ -455,18 +455,14 @@ impl Retrainer {
     ) -> Result<ReleaseRecord, ReleaseError> {
         let p = &series.params;
         let rho = p.rating_rho();
-        let rating_charges: Vec<RatingChargeRow> = plan
-            .tick
-            .admitted
-            .iter()
-            .map(|(u, _, id)| RatingChargeRow {
+        let rating_charges =
+            RatingCharges::from_rows(plan.tick.admitted.iter().map(|(u, _, id)| RatingChargeRow {
                 rating_id: *id,
                 user: u.clone(),
                 eps_train: 0.0,
                 eps_popularity: 0.0,
                 rho,
-            })
-            .collect();
+            }));
         let user_charges: BTreeMap<String, Vec<crate::accountant::PrivacyEvent>> = plan
             .joined
             .iter()

@@ -298,7 +298,7 @@ impl From<Result<Released, ReleaseError>> for Outcome {
 
 /// The pure eps a release's rating charges add up to (the `budget_spent` metric).
 fn charged(rec: &crate::store::ReleaseRecord) -> f64 {
-    rec.rating_charges.iter().map(|c| c.total()).sum()
+    rec.rating_charges.total_eps()
 }
 
 /// Runs releases; one at a time per process (mutex) and per database (lease).
@@ -502,6 +502,9 @@ impl Retrainer {
         } = steps::admit(&self.config, &self.trainer, &snap)?;
         clock.mark("admission");
         let set = steps::training_set(&snap, &plan)?;
+        // The set carries what the charges read (ids, users; the plan the states): at 20M
+        // ratings the snapshot is half a gigabyte beside the fit.
+        drop(snap);
         clock.mark("training set");
         let prior = self.prior(&set, guarantee);
         let prior_counts = self.prior_counts(&set, guarantee, trainer.name());
@@ -517,7 +520,6 @@ impl Retrainer {
         let charges = match guarantee {
             // `user_event` is `None` for a rating-level release: no user-level charge.
             Guarantee::Proven | Guarantee::RatingLevel if private => steps::collect_charges(
-                &snap,
                 &plan,
                 &set,
                 std::mem::take(&mut fitted.charges),
@@ -527,9 +529,8 @@ impl Retrainer {
             Guarantee::LocalDp => steps::local_charges(),
             _ => steps::Charges::default(),
         };
-        // What the commit does not read goes before it: at 20M ratings the snapshot and the
-        // trainer's per-rating charges are a gigabyte beside the charge rows.
-        drop((snap, std::mem::take(&mut fitted.charges)));
+        // What the commit does not read goes before it: the trainer's per-rating charges.
+        drop(std::mem::take(&mut fitted.charges));
         if let Some(h) = &self.hooks.before_commit {
             h().map_err(ReleaseError::Injected)?;
         }

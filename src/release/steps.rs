@@ -12,10 +12,10 @@ use crate::data::{IdMap, Interactions, Ratings};
 use crate::ledger::{self, plan_inputs, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
-use crate::store::{RatingChargeRow, ReleaseRecord, Snapshot};
+use crate::store::{Charge, RatingCharges, ReleaseRecord, Snapshot};
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::{
-    dp_stats, units, FactorModel, Fitted, Guarantee, ReleaseCharges, TrainData, Trainer,
+    dp_stats, units, FactorModel, Fitted, Guarantee, PerRating, ReleaseCharges, TrainData, Trainer,
 };
 
 /// Which ratings a release uses and whether it is private.
@@ -181,6 +181,7 @@ fn local_admission(trainer: &Arc<dyn Trainer>, snap: &Snapshot) -> Result<Admiss
             popularity: false,
             train_budget: 0.0,
             rho: r.rho,
+            spent: r.spent,
         },
     ));
     if plan.admitted_len() == 0 {
@@ -207,10 +208,16 @@ pub struct TrainingSet {
     pub user_ids: Vec<String>,
     pub item_ids: Vec<String>,
     pub ratings: Ratings,
-    /// The share of each rating this release may spend on training.
-    pub budgets: Vec<f64>,
-    /// Each rating's Gaussian loss so far (zCDP `rho`).
-    pub rho: Vec<f64>,
+    /// The store's id of each rating (what the charges are keyed by, so the snapshot can
+    /// go before the fit).
+    pub ids: Vec<i64>,
+    /// Each rating's terms in the plan (a few distinct ones for millions of ratings):
+    /// an index into `budget_of` and `rho_of` ([`PerRating::Coded`]).
+    terms: Vec<u32>,
+    /// The share a rating of each terms may spend on training.
+    budget_of: Vec<f64>,
+    /// The Gaussian loss so far (zCDP `rho`) of a rating of each terms.
+    rho_of: Vec<f64>,
     /// How many ratings the set holds (kept after [`TrainingSet::drop_ratings`]).
     n_ratings: usize,
 }
@@ -226,12 +233,31 @@ impl TrainingSet {
     }
 
     /// Frees the per-rating columns once the fit and the popularity have read them (the
-    /// charges and the record need only the count and the ids): at 20M ratings they are
-    /// half a gigabyte that the charge rows would otherwise sit on top of.
+    /// charges need only each rating's id and user, and the record the count): at 20M
+    /// ratings they are a quarter gigabyte that the charges would otherwise sit on top of.
     pub fn drop_ratings(&mut self) {
-        self.ratings = Ratings::default();
-        self.budgets = Vec::new();
-        self.rho = Vec::new();
+        let users = std::mem::take(&mut self.ratings.users);
+        self.ratings = Ratings {
+            users,
+            ..Ratings::default()
+        };
+        self.terms = Vec::new();
+    }
+
+    /// The share of each rating this release may spend on training.
+    pub fn budgets(&self) -> PerRating<'_> {
+        PerRating::Coded {
+            codes: &self.terms,
+            values: &self.budget_of,
+        }
+    }
+
+    /// Each rating's Gaussian loss so far (zCDP `rho`).
+    pub fn rho(&self) -> PerRating<'_> {
+        PerRating::Coded {
+            codes: &self.terms,
+            values: &self.rho_of,
+        }
     }
 }
 
@@ -263,8 +289,7 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
     ratings.users.reserve_exact(n);
     ratings.items.reserve_exact(n);
     ratings.values.reserve_exact(n);
-    let mut budgets = Vec::with_capacity(plan.admitted_len());
-    let mut rho = Vec::with_capacity(plan.admitted_len());
+    let mut ids = Vec::with_capacity(n);
     // Each snapshot item's catalogue index, looked up once per item, not per rating.
     let item_of: Vec<Option<u32>> = snap.item_names.iter().map(|i| items.get(i)).collect();
     let user_of = dense_positions(&taking_part);
@@ -274,9 +299,9 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
             return Err(ReleaseError::UnknownItem(r.id));
         };
         ratings.push(user_of[r.user as usize], i, r.value);
-        budgets.push(a.train_budget);
-        rho.push(a.rho);
+        ids.push(r.id);
     }
+    let (terms, budget_of, rho_of) = plan.terms_columns();
     let item_ids = (0..items.len() as u32)
         .map(|i| items.external(i).unwrap_or_default().to_string())
         .collect();
@@ -287,8 +312,10 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
         item_ids,
         n_ratings: ratings.len(),
         ratings,
-        budgets,
-        rho,
+        ids,
+        terms,
+        budget_of,
+        rho_of,
     })
 }
 
@@ -332,8 +359,8 @@ pub async fn fit(
                 ratings: &set.ratings,
                 matrix: &matrix,
                 scale,
-                budgets: Some(&set.budgets),
-                rating_rho: Some(&set.rho),
+                budgets: Some(set.budgets()),
+                rating_rho: Some(set.rho()),
                 prior: prior.as_ref(),
                 prior_counts: prior_counts.as_ref(),
                 labels: Some(crate::train::Labels {
@@ -400,7 +427,7 @@ pub fn popularity(
 /// What a release charges, keyed by the store's ids.
 #[derive(Debug, Clone, Default)]
 pub struct Charges {
-    pub ratings: Vec<RatingChargeRow>,
+    pub ratings: RatingCharges,
     pub users: BTreeMap<String, Vec<PrivacyEvent>>,
     pub mechanisms: Vec<MechanismRecord>,
     pub rating_unit: PrivacyUnit,
@@ -436,7 +463,6 @@ pub fn local_charges() -> Charges {
 /// group bound, so it is refused rather than shown wrong). The trainer's charges are
 /// consumed: their per-rating lists are freed once summed, before the rows are made.
 pub fn collect_charges(
-    snap: &Snapshot,
     plan: &Plan,
     set: &TrainingSet,
     mut trainer: ReleaseCharges,
@@ -470,7 +496,7 @@ pub fn collect_charges(
     }
     let users = user_charges(plan, user_event);
     let mut mechanisms = std::mem::take(&mut trainer.mechanisms);
-    let ratings = rating_rows(snap, plan, trainer, popularity, n)?;
+    let ratings = rating_rows(plan, set, trainer, popularity)?;
     let (mut rating_unit, mut rating_neighbour) = (PrivacyUnit::Rating, Neighbour::AddRemove);
     if let Some(m) = mechanisms.iter().find(|m| m.unit == PrivacyUnit::Rating) {
         rating_neighbour = m.neighbour;
@@ -490,12 +516,12 @@ pub fn collect_charges(
 /// The ledger rows of a release's rating charges (the trainer's and the popularity's
 /// per rating), each checked against the rating's budget for this release.
 fn rating_rows(
-    snap: &Snapshot,
     plan: &Plan,
+    set: &TrainingSet,
     trainer: ReleaseCharges,
     popularity: &ReleaseCharges,
-    n: usize,
-) -> Result<Vec<RatingChargeRow>, ReleaseError> {
+) -> Result<RatingCharges, ReleaseError> {
+    let n = set.len();
     // A column only for a kind of charge the release makes (the served default makes
     // one): at 20M ratings a column of zeros is 160 MB beside the charge rows.
     let column = |empty: bool, totals: &dyn Fn() -> Vec<f64>| (!empty).then(totals);
@@ -510,12 +536,13 @@ fn rating_rows(
     let at = |c: &Option<Vec<f64>>, k: usize| c.as_ref().map_or(0.0, |c| c[k]);
     let rho = |k| rho.as_ref().map_or(0.0, |r| r.get(k));
     let (train, pop) = (|k| at(&train, k), |k| at(&pop, k));
-    // Sized once: at scale nearly every rating is charged, and a doubling vector would
-    // hold up to twice the rows.
-    let charged = (0..n)
-        .filter(|&k| train(k) + pop(k) > 0.0 || rho(k) > 0.0)
-        .count();
-    let mut ratings = Vec::with_capacity(charged);
+    // Each admitted rating's charge as an index into the distinct charges (a release
+    // charges few distinct ones: ratings in the same state are charged alike), then
+    // grouped by user without a row per rating (`RatingCharges::by_user`).
+    const NONE: u32 = u32::MAX;
+    let mut distinct: Vec<Charge> = Vec::new();
+    let mut index_of: HashMap<[u64; 3], u32> = HashMap::new();
+    let mut code = Vec::with_capacity(n);
     // Ratings in the same state charged the same add the same: the conversion (a
     // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
     let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
@@ -523,14 +550,13 @@ fn rating_rows(
         let (train_k, rho_k, pop_k) = (train(k), rho(k), pop(k));
         // What the trainer added to the rating's loss bound: its pure eps plus the
         // increase of the converted Gaussian part (exactly `train_k` without one).
-        let r = snap.get(a.index as usize);
         let added = if rho_k == 0.0 {
             train_k
         } else {
-            let key = [r.spent, train_k, r.rho, rho_k].map(f64::to_bits);
+            let key = [a.spent, train_k, a.rho, rho_k].map(f64::to_bits);
             *added_of.entry(key).or_insert_with(|| {
-                ledger::rating_loss(r.spent + train_k, r.rho + rho_k)
-                    - ledger::rating_loss(r.spent, r.rho)
+                ledger::rating_loss(a.spent + train_k, a.rho + rho_k)
+                    - ledger::rating_loss(a.spent, a.rho)
             })
         };
         // The Gaussian conversion is recomputed in another order of operations than the
@@ -543,17 +569,26 @@ fn rating_rows(
                 a.train_budget
             )));
         }
-        if train_k + pop_k > 0.0 || rho_k > 0.0 {
-            ratings.push(RatingChargeRow {
-                rating_id: r.id,
-                user: r.user.clone(),
-                eps_train: train_k,
-                eps_popularity: pop_k,
-                rho: rho_k,
-            });
-        }
+        let charge = Charge {
+            eps_train: train_k,
+            eps_popularity: pop_k,
+            rho: rho_k,
+        };
+        code.push(if charge.is_charge() {
+            *index_of.entry(charge.bits()).or_insert_with(|| {
+                distinct.push(charge);
+                distinct.len() as u32 - 1
+            })
+        } else {
+            NONE
+        });
     }
-    Ok(ratings)
+    let (users, ids) = (&set.ratings.users, &set.ids);
+    Ok(RatingCharges::by_user(&set.user_ids, &distinct, || {
+        (0..n)
+            .filter(|&k| code[k] != NONE)
+            .map(|k| (users[k], ids[k], code[k]))
+    }))
 }
 
 /// The user-level charges of a release: its event, stored as the list of its parts
@@ -738,11 +773,11 @@ mod tests {
         };
         let none = ReleaseCharges::default();
         let collect = |trainer: &ReleaseCharges, event: Option<&PrivacyEvent>| {
-            collect_charges(&snap, &a.plan, &set, trainer.clone(), &none, event)
+            collect_charges(&a.plan, &set, trainer.clone(), &none, event)
         };
         let c = collect(&trainer, None).unwrap();
         assert!(c.users.is_empty());
-        let eps: Vec<f64> = c.ratings.iter().map(|r| r.eps_train).collect();
+        let eps: Vec<f64> = c.ratings.all_rows().map(|r| r.eps_train).collect();
         assert_eq!(eps, vec![0.4, 0.3]);
         // The same charges with a user-level event charge every admitted user.
         let event = PrivacyEvent::pure_dp(0.1, 1).unwrap();

@@ -14,6 +14,7 @@ mod keys;
 mod ldp;
 mod migrations;
 pub mod private_gd;
+mod rating_charges;
 mod ratings;
 mod ratings_pg;
 mod releases;
@@ -34,9 +35,10 @@ pub use audit::{RatingAuditRow, RatingLevelCharge, UserReleaseCharge};
 pub use foreground::Foreground;
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
+pub use rating_charges::{Charge, RatingChargeRow, RatingCharges};
 pub use releases::{
     commit_charges_only, commit_release, CommitError, CommitPoint, Committed, InsideTxHook,
-    ModelRow, RatingChargeRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
+    ModelRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 pub use series::{SeriesRow, SeriesState, SeriesTick};
 pub use series_offers::{OfferMark, OfferRead, OfferedRating, UPDATE_OVERLAP_MS};

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use sqlx::Row;
 
+use super::rating_charges::{RatingChargeRow, RatingCharges};
 use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::ledger::{gaussian_eps, user_cost};
@@ -152,26 +153,6 @@ impl Store {
 // nothing published, which is safe, and is shown by the audit. A failure in the first
 // chunk leaves nothing.
 
-/// One rating's charge in a release.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RatingChargeRow {
-    pub rating_id: i64,
-    /// Shared with the user's other rows (one allocation per user).
-    pub user: std::sync::Arc<str>,
-    /// Pure eps the trainer charged.
-    pub eps_train: f64,
-    pub eps_popularity: f64,
-    /// Gaussian part the trainer charged (zCDP `rho`, [`crate::ledger::rating_loss`]).
-    pub rho: f64,
-}
-
-impl RatingChargeRow {
-    /// The pure eps of the charge (the Gaussian part is `rho`).
-    pub fn total(&self) -> f64 {
-        self.eps_train + self.eps_popularity
-    }
-}
-
 /// Everything a release writes.
 #[derive(Debug, Clone)]
 pub struct ReleaseRecord {
@@ -190,7 +171,8 @@ pub struct ReleaseRecord {
     pub started_at: i64,
     pub rating_unit: PrivacyUnit,
     pub rating_neighbour: Neighbour,
-    pub rating_charges: Vec<RatingChargeRow>,
+    /// Grouped by user, in the lock order.
+    pub rating_charges: RatingCharges,
     /// All RDP events charged to each user (trainer events and the pure-DP charges of
     /// the user's ratings).
     pub user_charges: BTreeMap<String, Vec<PrivacyEvent>>,
@@ -402,10 +384,9 @@ async fn commit(
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
     // batches are sorted), so a ledger transaction and an ingestion batch never wait for
     // each other in a cycle on PostgreSQL (deadlock_detected): users are taken in id
-    // order, and each statement locks its users' rows by (user, item) in SQL
-    // (`lock_and_read_ratings`), so the charges need no item.
-    let mut ratings: Vec<&RatingChargeRow> = rec.rating_charges.iter().collect();
-    ratings.sort_by(|a, b| (&a.user, a.rating_id).cmp(&(&b.user, b.rating_id)));
+    // order (the charges are grouped in user order), and each statement locks its users'
+    // rows by (user, item) in SQL (`lock_and_read_ratings`), so the charges need no item.
+    let ratings = &rec.rating_charges;
     store.refresh_planner_statistics().await?;
     let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();
@@ -424,7 +405,7 @@ async fn commit(
         let ctx = ChunkCtx {
             rec,
             users: &users,
-            ratings: &ratings,
+            ratings,
             costs: &costs,
             publish,
         };
@@ -520,7 +501,7 @@ async fn step_aside(
 struct ChunkCtx<'a> {
     rec: &'a ReleaseRecord,
     users: &'a [(&'a str, usize)],
-    ratings: &'a [&'a RatingChargeRow],
+    ratings: &'a RatingCharges,
     costs: &'a [UserCost],
     /// Whether the last transaction stores the model (publishes the release).
     publish: bool,
@@ -601,8 +582,10 @@ async fn commit_chunk(
     }
     phases.users += t.elapsed();
     let t = Instant::now();
-    let part = &ratings[chunk.ratings.clone()];
-    charge_ratings(store, &mut tx, id, rec, part, &mut phases.rating_steps).await?;
+    // This transaction's charges as rows (at most `commit_rows` of them).
+    let rows: Vec<RatingChargeRow> = ratings.rows(chunk.ratings.clone()).collect();
+    let part: Vec<&RatingChargeRow> = rows.iter().collect();
+    charge_ratings(store, &mut tx, id, rec, &part, &mut phases.rating_steps).await?;
     phases.ratings += t.elapsed();
     if publish && point.chunk + 1 == point.chunks {
         sqlx::query(

@@ -18,6 +18,7 @@ pub mod charges;
 pub mod dp_stats;
 pub mod model;
 pub mod params;
+pub mod per_rating;
 pub mod ranker;
 pub mod units;
 
@@ -29,6 +30,7 @@ use topn::{dp_topn, references};
 pub use charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
+pub use per_rating::PerRating;
 pub use ranker::{Ranker, StoredRanker};
 
 use crate::data::{Interactions, RatingScale, Ratings};
@@ -91,10 +93,10 @@ pub struct TrainData<'a> {
     /// Per-rating privacy budget this release may spend (the eps_ij share the ledger
     /// allows), aligned with `ratings`. `None`: the trainer's own eps parameters apply.
     /// Preferences are public metadata (DESIGN 2.7).
-    pub budgets: Option<&'a [f64]>,
+    pub budgets: Option<PerRating<'a>>,
     /// Per rating (aligned with `ratings`): the Gaussian part of its loss so far (zCDP
     /// `rho`, [`crate::ledger::rating_loss`]); `None`: 0 for every rating.
-    pub rating_rho: Option<&'a [f64]>,
+    pub rating_rho: Option<PerRating<'a>>,
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
     pub prior: Option<&'a FactorModel>,
@@ -118,10 +120,7 @@ impl<'a> TrainData<'a> {
     /// Per-rating release budgets of a fit: the ledger's (borrowed: at 20M ratings a copy
     /// is 160 MB at a release's peak), else `eps_r` for every rating, else unbounded; the
     /// budgets and the Gaussian parts must have one entry a rating.
-    pub fn release_budgets(
-        &self,
-        eps_r: Option<f64>,
-    ) -> Result<std::borrow::Cow<'a, [f64]>, TrainError> {
+    pub fn release_budgets(&self, eps_r: Option<f64>) -> Result<PerRating<'a>, TrainError> {
         let n = self.ratings.len();
         if self.rating_rho.is_some_and(|r| r.len() != n) {
             return Err(invalid("rating_rho", "one rho per rating"));
@@ -133,9 +132,12 @@ impl<'a> TrainData<'a> {
                     format!("{} budgets for {n} ratings", b.len()),
                 ))
             }
-            (Some(b), _) => std::borrow::Cow::Borrowed(b),
-            (None, Some(e)) => std::borrow::Cow::Owned(vec![e; n]),
-            (None, None) => std::borrow::Cow::Owned(vec![f64::INFINITY; n]),
+            (Some(b), _) => b,
+            (None, Some(e)) => PerRating::Same { value: e, len: n },
+            (None, None) => PerRating::Same {
+                value: f64::INFINITY,
+                len: n,
+            },
         })
     }
 
@@ -323,16 +325,17 @@ mod tests {
         r.push(1, 1, 4.0);
         let m = Interactions::new(&r);
         let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        assert_eq!(&*data.release_budgets(None).unwrap(), &[f64::INFINITY; 2]);
-        assert_eq!(&*data.release_budgets(Some(0.5)).unwrap(), &[0.5; 2]);
+        let all = |b: PerRating<'_>| b.iter().collect::<Vec<f64>>();
+        assert_eq!(all(data.release_budgets(None).unwrap()), [f64::INFINITY; 2]);
+        assert_eq!(all(data.release_budgets(Some(0.5)).unwrap()), [0.5; 2]);
         let ledger = [0.25, 1.0];
-        data.budgets = Some(&ledger);
+        data.budgets = Some(ledger[..].into());
         let got = data.release_budgets(Some(0.5)).unwrap();
-        assert!(matches!(got, std::borrow::Cow::Borrowed(b) if std::ptr::eq(b, &ledger[..])));
-        data.budgets = Some(&ledger[..1]);
+        assert!(matches!(got, PerRating::Plain(b) if std::ptr::eq(b, &ledger[..])));
+        data.budgets = Some(ledger[..1].into());
         assert!(data.release_budgets(None).is_err());
         data.budgets = None;
-        data.rating_rho = Some(&ledger[..1]);
+        data.rating_rho = Some(ledger[..1].into());
         assert!(data.release_budgets(None).is_err());
     }
 

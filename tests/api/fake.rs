@@ -112,7 +112,7 @@ impl Trainer for FakeDp {
         let ratings = budgets
             .iter()
             .enumerate()
-            .map(|(p, &b)| RatingCharge {
+            .map(|(p, b)| RatingCharge {
                 position: p as u32,
                 eps: b * factor,
             })

@@ -17,7 +17,8 @@ use dprec::accountant::{PrivacyEvent, RenyiFilter};
 use dprec::release::Hooks;
 use dprec::store::Store;
 use dprec::store::{
-    commit_release as commit, CommitError, CommitPoint, RatingChargeRow, ReleaseRecord,
+    commit_release as commit, CommitError, CommitPoint, RatingChargeRow, RatingCharges,
+    ReleaseRecord,
 };
 use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
@@ -719,16 +720,16 @@ async fn charge_sets_record_every_rating(url: &str) {
         .map(|r| r.id)
         .collect();
     assert_eq!(skipped.len(), 1);
-    record
-        .rating_charges
-        .retain(|c| !skipped.contains(&c.rating_id));
-    for (k, c) in record.rating_charges.iter_mut().enumerate() {
+    let mut rows: Vec<RatingChargeRow> = record.rating_charges.all_rows().collect();
+    rows.retain(|c| !skipped.contains(&c.rating_id));
+    for (k, c) in rows.iter_mut().enumerate() {
         c.eps_train = if k % 2 == 0 { 0.125 } else { 0.25 };
         if &*c.user == "u2" {
             c.eps_popularity = 0.0625;
         }
         expected.insert(c.rating_id, c.total());
     }
+    record.rating_charges = RatingCharges::from_rows(rows);
     for round in 1..=2 {
         commit(&app.store, &record, None).await.unwrap();
         assert_ledger_invariants(&app.store).await;

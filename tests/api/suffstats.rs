@@ -199,7 +199,10 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     let key = SubsetKey::draw(&mut dprec::rng::split(&mut dprec::rng::seeded(9)));
     let sample = sample_ratings(
         &data,
-        &vec![f64::INFINITY; l.ratings.len()],
+        dprec::train::PerRating::Same {
+            value: f64::INFINITY,
+            len: l.ratings.len(),
+        },
         1.0,
         1e-6,
         C.cap,

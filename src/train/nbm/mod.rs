@@ -44,6 +44,7 @@ use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEve
 use crate::privacy::sampling::{sample_in, sampling_charge};
 use crate::rng::DpRng;
 use crate::train::invalid;
+use crate::train::PerRating;
 
 /// The proof page of both private trainers.
 pub const PROOF_DOC: &str = "docs/privacy/nbm.md";
@@ -251,7 +252,7 @@ impl Nbm {
             if let Some((k, e)) = b
                 .iter()
                 .enumerate()
-                .find(|(_, e)| !(e.is_finite() && **e >= 0.0))
+                .find(|(_, e)| !(e.is_finite() && *e >= 0.0))
             {
                 return Err(invalid("budgets", format!("budgets[{k}] = {e}")));
             }
@@ -262,7 +263,7 @@ impl Nbm {
             select_ratings(data.budgets, &r.users, data.matrix.n_users, t, rng)?
         } else {
             let kept = (0..r.len())
-                .map(|k| data.budgets.is_none_or(|b| b[k] > 0.0))
+                .map(|k| data.budgets.is_none_or(|b| b.get(k) > 0.0))
                 .collect();
             (kept, Vec::new(), Vec::new())
         };
@@ -413,7 +414,7 @@ pub type Selection = (Vec<bool>, Vec<RatingCharge>, Vec<bool>);
 /// with `b >= t` (or no budgets) it is kept and charged `t`. Returns the kept flags, the
 /// charges of every offered rating (kept or not), and which users have an offered rating.
 pub fn select_ratings(
-    budgets: Option<&[f64]>,
+    budgets: Option<PerRating<'_>>,
     users: &[u32],
     n_users: usize,
     t: f64,
@@ -423,7 +424,7 @@ pub fn select_ratings(
     let mut charges = Vec::with_capacity(users.len());
     let mut offered_users = vec![false; n_users];
     for (k, keep) in kept.iter_mut().enumerate() {
-        let eps = match budgets.map(|b| b[k]) {
+        let eps = match budgets.map(|b| b.get(k)) {
             Some(b) if b <= 0.0 => continue,
             Some(b) if b < t => {
                 *keep = sample_in(b, t, rng)?;
@@ -682,8 +683,14 @@ mod tests {
                 _ => small,
             })
             .collect();
-        let (kept, charges, offered) =
-            select_ratings(Some(&budgets), &users, 100, t, &mut crate::rng::seeded(5)).unwrap();
+        let (kept, charges, offered) = select_ratings(
+            Some(budgets[..].into()),
+            &users,
+            100,
+            t,
+            &mut crate::rng::seeded(5),
+        )
+        .unwrap();
         // User u's ratings all have k % 4 == u % 4: users with only budget-0 ratings
         // are not charged.
         assert!(offered.iter().enumerate().all(|(u, &o)| o == (u % 4 != 0)));

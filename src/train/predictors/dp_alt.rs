@@ -42,6 +42,7 @@ use crate::train::predictors::joint_als::{project, JointAls};
 use crate::train::topn::dp_topn::{
     eps_r_param, participation, rating_eps, served_eps_r, ReleasePlan,
 };
+use crate::train::PerRating;
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
@@ -416,7 +417,7 @@ struct Sampled {
 
 fn sample(
     data: &TrainData<'_>,
-    budgets: &[f64],
+    budgets: PerRating<'_>,
     z_r: f64,
     delta_r: f64,
     rng: &mut DpRng,
@@ -434,12 +435,12 @@ fn sample(
         let (items, values) = m.by_user.row(u);
         let src = m.by_user.row_source(u);
         for ((&j, &v), &pos) in items.iter().zip(values).zip(src) {
-            let b = budgets[pos as usize];
+            let b = budgets.get(pos as usize);
             if b.is_nan() || b <= 0.0 {
                 continue;
             }
             out.offered_users[u] = true;
-            let r0 = data.rating_rho.map_or(0.0, |r| r[pos as usize]);
+            let r0 = data.rating_rho.map_or(0.0, |r| r.get(pos as usize));
             let key = (b.to_bits(), r0.to_bits());
             let (q, eps, rho) = match cache.get(&key) {
                 Some(&x) => x,
@@ -580,7 +581,7 @@ impl Trainer for DpAlt {
             return Err(invalid("ratings", "a rating lies outside the rating scale"));
         }
         let z_r = self.rating_multiplier_on(data.scale)?;
-        let s = sample(data, &budgets, z_r, self.delta_r, &mut sampling)?;
+        let s = sample(data, budgets, z_r, self.delta_r, &mut sampling)?;
         let n_items = data.matrix.n_items;
         let mut side = JointAls {
             mean: self.mean_of(data),

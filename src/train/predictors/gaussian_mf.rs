@@ -773,7 +773,7 @@ impl Trainer for GaussianMf {
         // on that rating's public budget alone); every rating used is charged.
         let steps = self.step.steps as u64;
         let eps = gaussian_steps_eps(self.noise_multiplier, steps, self.delta_r)?;
-        let usable = |k: usize| data.budgets.is_none_or(|b| b[k] >= eps);
+        let usable = |k: usize| data.budgets.is_none_or(|b| b.get(k) >= eps);
         let view = m.by_user.retain(usable);
         let out = dp_user_step(&view, &offsets, features.view(), None, &step, rng)?;
         let mut charges = out.charges;

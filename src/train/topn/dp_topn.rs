@@ -50,6 +50,7 @@ use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHB
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
 };
+use crate::train::PerRating;
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 
@@ -363,7 +364,7 @@ const BELOW: u32 = 1 << 31;
 /// ([`Sample::liked`]; the count rows weigh them less, [`Contribution::unliked_weight`]).
 pub fn sample_ratings(
     data: &TrainData<'_>,
-    budgets: &[f64],
+    budgets: PerRating<'_>,
     z_r: f64,
     delta_r: f64,
     cap: usize,
@@ -375,7 +376,7 @@ pub fn sample_ratings(
     let mut rates: HashMap<(u64, u64), (f64, f64, f64)> = HashMap::new();
     // Sized for every offered rating taking full part (the served default's case):
     // grown by doubling, the list held up to 2^25 slots at 20M ratings.
-    let offered = budgets.iter().filter(|&&b| b > 0.0).count();
+    let offered = budgets.iter().filter(|&b| b > 0.0).count();
     let (mut charges, mut rho) = (Vec::new(), RatingRhos::with_capacity(offered));
     let mut offered_users = vec![false; m.n_users];
     if m.n_items > BELOW as usize {
@@ -389,12 +390,12 @@ pub fn sample_ratings(
         let src = m.by_user.row_source(u);
         let user = user_label(data, u);
         for ((&j, &pos), &v) in items.iter().zip(src).zip(values) {
-            let b = budgets[pos as usize];
+            let b = budgets.get(pos as usize);
             if b.is_nan() || b <= 0.0 {
                 continue;
             }
             offered_users[u] = true;
-            let r0 = data.rating_rho.map_or(0.0, |r| r[pos as usize]);
+            let r0 = data.rating_rho.map_or(0.0, |r| r.get(pos as usize));
             let k = (b.to_bits(), r0.to_bits());
             let (q, eps, r) = match rates.get(&k) {
                 Some(&x) => x,
@@ -1018,7 +1019,7 @@ impl DpTopN {
         // finding 1: a new user must not shift the noise).
         let (mut sampling, mut noise) = (crate::rng::split(rng), crate::rng::split(rng));
         let key = SubsetKey::draw(&mut sampling);
-        let sample = sample_ratings(data, &budgets, z_r, self.delta_r, c.cap, c.liked_min, &key)?;
+        let sample = sample_ratings(data, budgets, z_r, self.delta_r, c.cap, c.liked_min, &key)?;
         let n_items = data.matrix.n_items;
         let local = InProcess {
             liked: &sample.liked,
@@ -2073,8 +2074,8 @@ mod tests {
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let key = SubsetKey::new([9; 32]);
         let inf = vec![f64::INFINITY; r.len()];
-        let s = sample_ratings(&data, &inf, 1.0, 1e-6, 10, Some(4.0), &key).unwrap();
-        let all = sample_ratings(&data, &inf, 1.0, 1e-6, 10, None, &key).unwrap();
+        let s = sample_ratings(&data, inf[..].into(), 1.0, 1e-6, 10, Some(4.0), &key).unwrap();
+        let all = sample_ratings(&data, inf[..].into(), 1.0, 1e-6, 10, None, &key).unwrap();
         assert!(all.liked.is_empty());
         let mut kept = all.rows[0].clone();
         kept.sort_unstable();
@@ -2208,7 +2209,7 @@ mod tests {
         let run = |r: &Ratings, budgets: &[f64]| {
             let m = Interactions::new(r);
             let mut data = TrainData::new(r, &m, RatingScale::ONE_TO_FIVE);
-            data.budgets = Some(budgets);
+            data.budgets = Some(budgets.into());
             t.release(&data, &mut crate::rng::seeded(21)).unwrap()
         };
         let a = run(&r, &vec![f64::INFINITY; r.len()]);
@@ -2263,7 +2264,10 @@ mod tests {
         assert_eq!(ev[&heavy], vec![t.planned_user_event().unwrap()]);
         let sample = sample_ratings(
             &data,
-            &vec![f64::INFINITY; r.len()],
+            PerRating::Same {
+                value: f64::INFINITY,
+                len: r.len(),
+            },
             1.0,
             1e-6,
             cap,
@@ -2333,7 +2337,7 @@ mod tests {
         let m = Interactions::new(&r);
         let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let budgets: Vec<f64> = (0..r.len()).map(|k| [0.0, 0.5, 100.0][k % 3]).collect();
-        data.budgets = Some(&budgets);
+        data.budgets = Some(budgets[..].into());
         let rel = trainer(&[])
             .release(&data, &mut crate::rng::seeded(6))
             .unwrap();

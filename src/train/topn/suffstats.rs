@@ -509,7 +509,10 @@ mod tests {
         let data = TrainData::new(r, &m, RatingScale::ONE_TO_FIVE);
         sample_ratings(
             &data,
-            &vec![f64::INFINITY; r.len()],
+            crate::train::PerRating::Same {
+                value: f64::INFINITY,
+                len: r.len(),
+            },
             1.0,
             1e-6,
             cap,

@@ -168,11 +168,11 @@ pub fn preferences(
         if let Some((k, e)) = b
             .iter()
             .enumerate()
-            .find(|(_, e)| !(e.is_finite() && **e >= 0.0))
+            .find(|(_, e)| !(e.is_finite() && *e >= 0.0))
         {
             return Err(invalid("budgets", format!("budgets[{k}] = {e}")));
         }
-        return Ok(b.to_vec());
+        return Ok(b.iter().collect());
     }
     Ok(match uniform {
         Some(e) => vec![e; n],
