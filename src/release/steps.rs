@@ -233,15 +233,19 @@ impl TrainingSet {
     }
 
     /// Frees the per-rating columns once the fit and the popularity have read them (the
-    /// charges need only each rating's id and user, and the record the count): at 20M
-    /// ratings they are a quarter gigabyte that the charges would otherwise sit on top of.
+    /// charges need only each rating's id, user and terms, and the record the count): at
+    /// 20M ratings they are 160 MB that the charges would otherwise sit on top of.
     pub fn drop_ratings(&mut self) {
         let users = std::mem::take(&mut self.ratings.users);
         self.ratings = Ratings {
             users,
             ..Ratings::default()
         };
-        self.terms = Vec::new();
+    }
+
+    /// Each rating's index into [`Plan::terms`].
+    pub fn terms(&self) -> &[u32] {
+        &self.terms
     }
 
     /// The share of each rating this release may spend on training.
@@ -261,8 +265,25 @@ impl TrainingSet {
     }
 }
 
-/// Step 2: the training set of an admission.
-pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, ReleaseError> {
+/// Snapshot rows given back at a time while the training set is built (24 MB).
+const GIVE_BACK_ROWS: usize = 1 << 20;
+
+/// Step 2: the training set of an admission, built from the snapshot it consumes. The
+/// set's columns are filled from the back while the snapshot is cut from the back, so the
+/// two never both hold every rating (a large zeroed allocation's pages take memory only
+/// once written, and a shrunk large allocation gives its tail back): at 20M ratings the
+/// two side by side were the release's peak after the fit had shrunk (issue 22).
+pub fn training_set(snap: Snapshot, plan: &Plan) -> Result<TrainingSet, ReleaseError> {
+    training_set_giving_back(snap, plan, GIVE_BACK_ROWS)
+}
+
+/// [`training_set`], cutting the snapshot every `give_back` rows (tests cut it often).
+// long: one pass that reads as the set's columns being filled, with the give-back.
+fn training_set_giving_back(
+    mut snap: Snapshot,
+    plan: &Plan,
+    give_back: usize,
+) -> Result<TrainingSet, ReleaseError> {
     // The distinct users, sorted: the snapshot's user table is sorted, so its indices
     // in order are the users in order (one flag per user, nothing per rating).
     let mut taking_part = vec![false; snap.user_names.len()];
@@ -286,22 +307,31 @@ pub fn training_set(snap: &Snapshot, plan: &Plan) -> Result<TrainingSet, Release
     }
     let mut ratings = Ratings::with_dims(users.len(), items.len());
     let n = plan.admitted_len();
-    ratings.users.reserve_exact(n);
-    ratings.items.reserve_exact(n);
-    ratings.values.reserve_exact(n);
-    let mut ids = Vec::with_capacity(n);
+    let (mut user_col, mut item_col) = (vec![0u32; n], vec![0u32; n]);
+    let (mut values, mut ids, mut terms) = (vec![0f32; n], vec![0i64; n], vec![0u32; n]);
     // Each snapshot item's catalogue index, looked up once per item, not per rating.
     let item_of: Vec<Option<u32>> = snap.item_names.iter().map(|i| items.get(i)).collect();
     let user_of = dense_positions(&taking_part);
-    for a in plan.admitted() {
-        let r = &snap.ratings[a.index as usize];
+    // Admitted ratings come in snapshot order, so from the back every snapshot row past
+    // the current one has been read.
+    let mut held = snap.ratings.len();
+    for (k, &(index, code)) in plan.admitted_pairs().iter().enumerate().rev() {
+        let index = index as usize;
+        let r = snap.ratings[index];
         let Some(i) = item_of[r.item as usize] else {
             return Err(ReleaseError::UnknownItem(r.id));
         };
-        ratings.push(user_of[r.user as usize], i, r.value);
-        ids.push(r.id);
+        (user_col[k], item_col[k], values[k]) = (user_of[r.user as usize], i, r.value);
+        (ids[k], terms[k]) = (r.id, code);
+        if held - index >= give_back {
+            snap.ratings.truncate(index);
+            snap.ratings.shrink_to_fit();
+            held = index;
+        }
     }
-    let (terms, budget_of, rho_of) = plan.terms_columns();
+    drop(snap);
+    (ratings.users, ratings.items, ratings.values) = (user_col, item_col, values);
+    let (budget_of, rho_of) = plan.terms_values();
     let item_ids = (0..items.len() as u32)
         .map(|i| items.external(i).unwrap_or_default().to_string())
         .collect();
@@ -419,7 +449,12 @@ pub fn popularity(
             return Ok((counts, ReleaseCharges::default()));
         }
     }
-    let counted: Vec<bool> = plan.admitted().map(|a| a.popularity).collect();
+    let terms = plan.terms();
+    let counted: Vec<bool> = set
+        .terms
+        .iter()
+        .map(|&c| terms[c as usize].popularity)
+        .collect();
     dp_stats::dp_popularity(&set.ratings, set.items.len(), &counted, eps, rng)
         .map_err(|e| ReleaseError::Popularity(e.to_string()))
 }
@@ -546,7 +581,9 @@ fn rating_rows(
     // Ratings in the same state charged the same add the same: the conversion (a
     // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
     let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
-    for (k, a) in plan.admitted().enumerate() {
+    let terms = plan.terms();
+    for (k, &c) in set.terms.iter().enumerate() {
+        let a = &terms[c as usize];
         let (train_k, rho_k, pop_k) = (train(k), rho(k), pop(k));
         // What the trainer added to the rating's loss bound: its pure eps plus the
         // increase of the converted Gaussian part (exactly `train_k` without one).
@@ -757,7 +794,7 @@ mod tests {
         let snap = snapshot();
         let t: Arc<dyn Trainer> = Arc::from(build("pdp-pmf", &Params::new()).unwrap());
         let a = admit(&config(true), &t, &snap).unwrap();
-        let set = training_set(&snap, &a.plan).unwrap();
+        let set = training_set(snap.clone(), &a.plan).unwrap();
         let mut trainer = ReleaseCharges {
             ratings: vec![
                 RatingCharge {
@@ -789,5 +826,66 @@ mod tests {
         });
         let e = collect(&trainer, None).unwrap_err();
         assert!(e.to_string().contains("rating-level"), "{e}");
+    }
+
+    /// Cutting the snapshot from the back while the set is filled builds the same set
+    /// whatever the cut's size, also where ratings between admitted ones are left out.
+    #[test]
+    fn the_snapshot_given_back_in_parts_builds_the_same_set() {
+        let rating = |id: i64| RatingInput {
+            id,
+            user: format!("u{}", id % 5),
+            item: format!("i{}", id % 7),
+            value: (id % 5) as f64 + 1.0,
+            eps: 1.0,
+            spent: if id % 3 == 0 { 0.25 } else { 0.0 },
+            rho: 0.0,
+            ldp: false,
+        };
+        let users = (0..5)
+            .map(|u| {
+                let b = UserBudget {
+                    eps: 10.0,
+                    delta: 1e-6,
+                    consumed: RdpCurve::zeros_default(),
+                };
+                (format!("u{u}"), b)
+            })
+            .collect();
+        let items = (0..7).map(|i| format!("i{i}")).collect();
+        let snap = Snapshot::build((1..=40).map(rating), users, items);
+        // Every rating but those with id % 4 == 1, two terms (spent 0 and 0.25).
+        let plan = Plan::from_admitted(snap.iter().enumerate().filter(|(_, r)| r.id % 4 != 1).map(
+            |(k, r)| ledger::Admitted {
+                index: k as u32,
+                share: 0.5,
+                popularity: false,
+                train_budget: 0.5,
+                rho: 0.0,
+                spent: r.spent,
+            },
+        ));
+        let whole = training_set_giving_back(snap.clone(), &plan, usize::MAX).unwrap();
+        assert_eq!(whole.len(), 30);
+        assert_eq!(plan.terms().len(), 2);
+        for give_back in [1, 2, 3, 7, 40] {
+            let set = training_set_giving_back(snap.clone(), &plan, give_back).unwrap();
+            assert_eq!(set.ids, whole.ids, "{give_back}");
+            assert_eq!(set.ratings.users, whole.ratings.users, "{give_back}");
+            assert_eq!(set.ratings.items, whole.ratings.items, "{give_back}");
+            assert_eq!(set.ratings.values, whole.ratings.values, "{give_back}");
+            assert_eq!(set.terms(), whole.terms(), "{give_back}");
+            assert_eq!(set.user_ids, whole.user_ids);
+        }
+        let want: Vec<i64> = (1..=40).filter(|id| id % 4 != 1).collect();
+        assert_eq!(whole.ids, want);
+        for (k, &id) in whole.ids.iter().enumerate() {
+            let r = rating(id);
+            let user = &whole.user_ids[whole.ratings.users[k] as usize];
+            assert_eq!((user, whole.ratings.values[k]), (&r.user, r.value as f32));
+            let t = plan.terms()[whole.terms()[k] as usize];
+            assert_eq!(t.spent, r.spent);
+            assert_eq!(whole.budgets().get(k), 0.5);
+        }
     }
 }

@@ -389,6 +389,8 @@ pub fn sample_ratings(
         let (items, values) = m.by_user.row(u);
         let src = m.by_user.row_source(u);
         let user = user_label(data, u);
+        // At most the user's offered ratings: one allocation, not a doubling one.
+        row.reserve_exact(items.len());
         for ((&j, &pos), &v) in items.iter().zip(src).zip(values) {
             let b = budgets.get(pos as usize);
             if b.is_nan() || b <= 0.0 {
@@ -446,9 +448,14 @@ fn cap_rows(data: &TrainData<'_>, rows: &mut [Vec<u32>], cap: usize, key: &Subse
                     .iter()
                     .map(|&j| (key.digest(&user, &item_label(data, j & !BELOW)), j))
                     .collect();
-                by_digest.sort_unstable();
-                by_digest.truncate(cap);
-                *row = by_digest.into_iter().map(|(_, j)| j).collect();
+                // The `cap` smallest digests (in any order: the row is sorted below).
+                by_digest.select_nth_unstable(cap);
+                // A new row of exactly `cap` items: collecting from `by_digest` by value
+                // would keep its allocation, 36 bytes an item (at 20M ratings 320 MB of
+                // capped rows held through the fit, docs/BENCHMARKS.md).
+                *row = by_digest[..cap].iter().map(|&(_, j)| j).collect();
+            } else {
+                row.shrink_to_fit();
             }
             // Liked items first, each part in item order (the flag sorts last).
             row.sort_unstable();
