@@ -176,6 +176,12 @@ impl RatingCharges {
         self.ids.is_empty()
     }
 
+    /// Whether the users come in order (each user's groups together): the commit's lock
+    /// order relies on it and refuses charges that are not.
+    pub fn users_in_order(&self) -> bool {
+        self.groups.windows(2).all(|w| w[0].user <= w[1].user)
+    }
+
     /// Distinct (user, charge) groups.
     pub fn groups(&self) -> usize {
         self.groups.len()
@@ -324,6 +330,7 @@ mod tests {
         let mut sorted_users = users_in_order.clone();
         sorted_users.sort();
         assert_eq!(users_in_order, sorted_users, "user order (the lock order)");
+        assert!(grouped.users_in_order() && sorted.users_in_order());
         let d: Vec<i64> = grouped
             .all_rows()
             .filter(|r| &*r.user == "d")
@@ -355,6 +362,9 @@ mod tests {
             "a 0.1 {{1, 2}}, a 0.2 {{3}}, a 0.1 {{4}}, b 0.1 {{5}}"
         );
         assert_eq!(c.len(), 5);
+        assert!(c.users_in_order());
+        c.push(&a, g(0.1), 6);
+        assert!(!c.users_in_order(), "a after b");
         assert!(!g(0.0).is_charge() && g(1e-300).is_charge());
     }
 }

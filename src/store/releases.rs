@@ -387,6 +387,11 @@ async fn commit(
     // order (the charges are grouped in user order), and each statement locks its users'
     // rows by (user, item) in SQL (`lock_and_read_ratings`), so the charges need no item.
     let ratings = &rec.rating_charges;
+    if !ratings.users_in_order() {
+        return Err(CommitError::Store(StoreError::Corrupt(
+            "rating charges out of user order (the lock order)".into(),
+        )));
+    }
     store.refresh_planner_statistics().await?;
     let chunks = plan_chunks(users.len(), ratings.len(), store.commit_rows());
     let n = chunks.len();

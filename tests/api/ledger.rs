@@ -446,9 +446,29 @@ async fn commit_rechecks_stored_state(url: &str) {
     let err = commit(&app.store, &big, None).await.unwrap_err();
     assert!(matches!(err, CommitError::UserRejected(_)), "{err}");
     assert_eq!(app.store.counts().await.unwrap(), c);
+    // Charges out of user order (the lock order) are refused before anything is written.
+    let mut unordered = record(0.1);
+    let rows: Vec<RatingChargeRow> = unordered.rating_charges.all_rows().collect();
+    let mut charges = RatingCharges::default();
+    for (k, mut r) in rows.into_iter().enumerate() {
+        r.user = if k == 0 { "u2" } else { "u1" }.into();
+        charges.push(&r.user.clone(), charge_of(&r), r.rating_id);
+    }
+    unordered.rating_charges = charges;
+    let err = commit(&app.store, &unordered, None).await.unwrap_err();
+    assert!(err.to_string().contains("user order"), "{err}");
+    assert_eq!(app.store.counts().await.unwrap(), c);
     app.stop().await;
 }
 both_backends!(commit_rechecks_stored_state);
+
+fn charge_of(r: &RatingChargeRow) -> dprec::store::Charge {
+    dprec::store::Charge {
+        eps_train: r.eps_train,
+        eps_popularity: r.eps_popularity,
+        rho: r.rho,
+    }
+}
 
 /// A release whose commit is split into many short ledger transactions (issue 12: the
 /// SQLite write lock is held for one chunk at a time) and fails in the middle, as a crash
