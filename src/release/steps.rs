@@ -612,8 +612,8 @@ pub fn collect_charges(
     })
 }
 
-/// The ledger rows of a release's rating charges (the trainer's and the popularity's
-/// per rating), each checked against the rating's budget for this release.
+/// A release's rating charges (the trainer's and the popularity's per rating), each
+/// checked against the rating's budget for this release, grouped by user and charge.
 fn rating_rows(
     plan: &Plan,
     set: &TrainingSet,
@@ -642,6 +642,8 @@ fn rating_rows(
     let mut distinct: Vec<Charge> = Vec::new();
     let mut index_of: HashMap<[u64; 3], u32> = HashMap::new();
     let mut code = Vec::with_capacity(n);
+    // Consecutive ratings are mostly charged alike: the last charge's index, before the map.
+    let mut last: Option<([u64; 3], u32)> = None;
     // Ratings in the same state charged the same add the same: the conversion (a
     // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
     let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
@@ -675,13 +677,17 @@ fn rating_rows(
             eps_popularity: pop_k,
             rho: rho_k,
         };
-        code.push(if charge.is_charge() {
-            *index_of.entry(charge.bits()).or_insert_with(|| {
+        code.push(if !charge.is_charge() {
+            NONE
+        } else if let Some((_, c)) = last.filter(|(bits, _)| *bits == charge.bits()) {
+            c
+        } else {
+            let c = *index_of.entry(charge.bits()).or_insert_with(|| {
                 distinct.push(charge);
                 distinct.len() as u32 - 1
-            })
-        } else {
-            NONE
+            });
+            last = Some((charge.bits(), c));
+            c
         });
     }
     let users = &set.ratings.users;
