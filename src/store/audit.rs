@@ -4,6 +4,7 @@ use sqlx::Row;
 
 use std::collections::BTreeMap;
 
+use super::pending::{Pending, Spend, PENDING_SELECT};
 use super::{id_runs, ReleaseRow, Store, StoreError};
 
 /// A rating's budget slot for the audit.
@@ -55,27 +56,69 @@ impl Store {
         let rows = self
             .page_of_user(
                 "SELECT item_id, eps, spent, releases, CASE WHEN value IS NULL THEN 1 ELSE 0 \
-                 END, origin, rho FROM ratings WHERE user_id = $1 ORDER BY item_id \
+                 END, origin, rho, id FROM ratings WHERE user_id = $1 ORDER BY item_id \
                  LIMIT $2 OFFSET $3",
                 user,
                 limit,
                 offset,
             )
             .await?;
+        let pending = self.pending_of(user).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let deleted: i64 = r.try_get(4)?;
+            let row = Spend {
+                spent: r.try_get(2)?,
+                rho: r.try_get(6)?,
+                releases: r.try_get(3)?,
+            };
+            let s = row.with(r.try_get(7)?, pending.of(user));
             out.push(RatingAuditRow {
                 item: r.try_get(0)?,
                 eps: r.try_get(1)?,
                 // The rating's loss bound: pure spend plus the converted Gaussian part.
-                spent: crate::ledger::rating_loss(r.try_get(2)?, r.try_get(6)?),
-                releases: r.try_get(3)?,
+                spent: crate::ledger::rating_loss(s.spent, s.rho),
+                releases: s.releases,
                 deleted: deleted != 0,
                 origin: r.try_get(5)?,
             });
         }
         Ok((total, out))
+    }
+
+    /// `user`'s charge sets not yet written into the rating rows (`store::pending`).
+    pub(crate) async fn pending_of(&self, user: &str) -> Result<Pending, StoreError> {
+        let sql = format!("{PENDING_SELECT} AND s.user_id = $1 ORDER BY s.user_id, s.release_id");
+        Pending::from_rows(&sqlx::query(&sql).bind(user).fetch_all(&self.pool).await?)
+    }
+
+    /// Every user's charge sets not yet written into the rating rows.
+    pub(crate) async fn pending_of_all(&self) -> Result<Pending, StoreError> {
+        let sql = format!("{PENDING_SELECT} ORDER BY s.user_id, s.release_id");
+        Pending::from_rows(&sqlx::query(&sql).fetch_all(&self.pool).await?)
+    }
+
+    /// Every rating's id, eps_ij and ledger state with the pending charge sets folded
+    /// in, by id: what the ledger holds, whatever has been settled (the invariant tests
+    /// read it).
+    pub async fn rating_spends(&self) -> Result<Vec<(i64, f64, Spend)>, StoreError> {
+        let pending = self.pending_of_all().await?;
+        let rows =
+            sqlx::query("SELECT id, user_id, eps, spent, rho, releases FROM ratings ORDER BY id")
+                .fetch_all(&self.pool)
+                .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let id: i64 = r.try_get(0)?;
+            let user: String = r.try_get(1)?;
+            let row = Spend {
+                spent: r.try_get(3)?,
+                rho: r.try_get(4)?,
+                releases: r.try_get(5)?,
+            };
+            out.push((id, r.try_get(2)?, row.with(id, pending.of(&user))));
+        }
+        Ok(out)
     }
 
     /// The releases that charged the user, newest first.

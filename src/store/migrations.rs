@@ -47,6 +47,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "series_offered",
         include_str!("../../migrations/sqlite/0015_series_offered.sql"),
     ),
+    (
+        16,
+        "lazy_rating_spends",
+        include_str!("../../migrations/sqlite/0016_lazy_rating_spends.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -93,6 +98,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         15,
         "series_offered",
         include_str!("../../migrations/postgres/0015_series_offered.sql"),
+    ),
+    (
+        16,
+        "lazy_rating_spends",
+        include_str!("../../migrations/postgres/0016_lazy_rating_spends.sql"),
     ),
 ];
 

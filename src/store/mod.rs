@@ -13,6 +13,7 @@ mod jobs;
 mod keys;
 mod ldp;
 mod migrations;
+mod pending;
 pub mod private_gd;
 mod rating_charges;
 mod ratings;
@@ -35,6 +36,7 @@ pub use audit::{RatingAuditRow, RatingLevelCharge, UserReleaseCharge};
 pub use foreground::Foreground;
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
+pub use pending::Spend;
 pub use rating_charges::{Charge, RatingChargeRow, RatingCharges};
 pub use releases::{
     commit_charges_only, commit_release, CommitError, CommitPoint, Committed, InsideTxHook,

@@ -1,11 +1,12 @@
 //! Releases, their models, and the one transaction that records a release with its
 //! ledger charges (DESIGN 4).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use sqlx::Row;
 
+use super::pending::{self, Pending, Spend, PENDING_SELECT};
 use super::rating_charges::{RatingChargeRow, RatingCharges};
 use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
@@ -199,6 +200,13 @@ pub enum CommitError {
     UserRejected(String),
     #[error("user {0:?} no longer exists; release aborted")]
     UserMissing(String),
+    /// A later release charged or settled a user of this one first (only releases
+    /// committing at the same time can; `store::pending`).
+    #[error(
+        "user {0:?}: a later release committed charges first (releases committing at \
+         once); release aborted"
+    )]
+    LedgerMoved(String),
     #[error("accounting error for user {0:?}: {1}")]
     Accounting(String, #[source] AccountantError),
     #[error("injected failure: {0}")]
@@ -668,10 +676,11 @@ fn in_list(n: usize) -> String {
 }
 
 /// What the release adds to each charged rating's loss bound, after checking every charge
-/// against the stored `(eps, spent, rho)` under the lock.
+/// against the stored `(eps, spent, rho)` with the user's pending sets folded in.
 fn recheck_ratings(
     part: &[&RatingChargeRow],
     stored: &HashMap<i64, (f64, f64, f64)>,
+    pending: &Pending,
 ) -> Result<Vec<f64>, CommitError> {
     // Re-check every charge against the stored state first (the rating's loss bound,
     // pure spend plus converted Gaussian part, must stay within eps_ij).
@@ -688,6 +697,12 @@ fn recheck_ratings(
         let &(eps, spent, rho) = stored
             .get(&c.rating_id)
             .ok_or(CommitError::RatingMissing(c.rating_id))?;
+        let row = Spend {
+            spent,
+            rho,
+            releases: 0,
+        };
+        let Spend { spent, rho, .. } = row.with(c.rating_id, pending.of(&c.user));
         let charge = c.total();
         // `rating_loss` written out with the memoised conversion (same arithmetic as
         // `fits_with_rho`, exact, no tolerance).
@@ -722,11 +737,13 @@ const UPDATE_IDS: usize = 5_000;
 /// Charge-set rows per INSERT (10 binds each).
 const SET_ROWS: usize = 25;
 
-/// Rating charges inside a ledger transaction (`part` sorted by (user, item)): lock and
-/// read the ratings of the part's users, re-check every charge against the stored spend,
-/// then one UPDATE per distinct charge and one charge-set row per (user, charge), its
-/// ratings stored as runs of ids ([`super::id_runs`], migration 0012). Binds grow with
-/// users, not with ratings.
+/// Rating charges inside a ledger transaction (`part` sorted by (user, item)): read the
+/// stored state of the charged ratings with their users' pending charge sets folded in
+/// ([`super::pending`]), re-check every charge against it, insert one charge-set row per
+/// (user, charge), its ratings stored as runs of ids ([`super::id_runs`], migration
+/// 0012), and settle the users this release is due to settle (write their folded rows).
+/// The other charged ratings' rows are not written: their sets are their new spend.
+/// Binds grow with users, not with ratings.
 async fn charge_ratings(
     store: &Store,
     tx: &mut Tx,
@@ -738,32 +755,193 @@ async fn charge_ratings(
     if part.is_empty() {
         return Ok(());
     }
-    let stored = lock_and_read_ratings(store, tx, part, steps).await?;
-    let increments = recheck_ratings(part, &stored)?;
+    let mut users: Vec<&str> = part.iter().map(|c| &*c.user).collect();
+    users.dedup();
     let t = Instant::now();
-    update_spends(tx, part).await?;
-    steps.update += t.elapsed();
+    let ledger = read_pending(tx, &users, release_id).await?;
+    steps.lock_read += t.elapsed();
+    let stored = read_ratings(store, tx, part, steps).await?;
+    let increments = recheck_ratings(part, &stored, &ledger.pending)?;
     let t = Instant::now();
     insert_charge_sets(tx, release_id, rec, part, &increments).await?;
     steps.sets += t.elapsed();
+    let t = Instant::now();
+    settle_due(store, tx, release_id, &users, &ledger, part).await?;
+    steps.update += t.elapsed();
     Ok(())
 }
 
-/// The stored `(eps, spent, rho)` of the charged ratings of `part`, locked.
-async fn lock_and_read_ratings(
+/// What a ledger transaction knows of its users' lazy spends: their pending charge sets,
+/// and which of them this release has settled already (in an earlier transaction: a
+/// user's ratings may span two), whose further charges are written into the rows too.
+#[derive(Default)]
+struct ChunkLedger {
+    pending: Pending,
+    settled_here: HashSet<String>,
+}
+
+impl ChunkLedger {
+    /// Whether release `release_id` writes `user`'s rows in this transaction.
+    fn settles(&self, user: &str, release_id: i64) -> bool {
+        self.settled_here.contains(user)
+            || pending::due(user, release_id, self.pending.releases_of(user))
+    }
+}
+
+/// The pending charge sets of `users`, after checking that no release later than this
+/// one has charged or settled any of them: the sets are folded in release order, so a
+/// later release's set written before this one's would be folded in a different order
+/// than its re-check added them (and a user settled past this release would never fold
+/// this one's). Only releases committing at once can do that (two replicas whose
+/// release leases overlapped); the commit is refused.
+async fn read_pending(
+    tx: &mut Tx,
+    users: &[&str],
+    release_id: i64,
+) -> Result<ChunkLedger, CommitError> {
+    let mut out = ChunkLedger::default();
+    for part in users.chunks(USER_STMT) {
+        let list = in_list(part.len());
+        let sql = format!(
+            "SELECT user_id, release_id FROM rating_settlements WHERE user_id IN ({list}) \
+             AND release_id >= ${}",
+            part.len() + 1
+        );
+        let mut q = sqlx::query(&sql);
+        for u in part {
+            q = q.bind(*u);
+        }
+        for r in q.bind(release_id).fetch_all(&mut **tx).await? {
+            let (user, settled): (String, i64) = (r.try_get(0)?, r.try_get(1)?);
+            if settled > release_id {
+                return Err(CommitError::LedgerMoved(user));
+            }
+            out.settled_here.insert(user);
+        }
+        let sql =
+            format!("{PENDING_SELECT} AND s.user_id IN ({list}) ORDER BY s.user_id, s.release_id");
+        let mut q = sqlx::query(&sql);
+        for u in part {
+            q = q.bind(*u);
+        }
+        let read = Pending::from_rows(&q.fetch_all(&mut **tx).await?)?;
+        // This release's own sets (of a user's ratings in an earlier transaction) list
+        // other ratings than this transaction's: folding them changes nothing here.
+        if let Some(u) = part
+            .iter()
+            .find(|u| read.of(u).last().is_some_and(|s| s.release_id > release_id))
+        {
+            return Err(CommitError::LedgerMoved((*u).to_owned()));
+        }
+        out.pending.extend(read);
+    }
+    Ok(out)
+}
+
+/// Settles the users of `users` that release `release_id` is due to settle
+/// ([`pending::due`], or settled by it in an earlier transaction): every rating of theirs
+/// that a pending set or this release's charges list gets its folded state written (the
+/// same values a reader folds), and the users' mark moves to this release. The rows are
+/// locked in (user, item) order, as ingestion locks them.
+async fn settle_due(
+    store: &Store,
+    tx: &mut Tx,
+    release_id: i64,
+    users: &[&str],
+    ledger: &ChunkLedger,
+    part: &[&RatingChargeRow],
+) -> Result<(), CommitError> {
+    let due: Vec<&str> = users
+        .iter()
+        .copied()
+        .filter(|u| ledger.settles(u, release_id))
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    let pending = &ledger.pending;
+    let due_set: HashSet<&str> = due.iter().copied().collect();
+    let charged: HashMap<i64, &RatingChargeRow> = part
+        .iter()
+        .filter(|c| due_set.contains(&*c.user))
+        .map(|c| (c.rating_id, *c))
+        .collect();
+    let mut by_state: BTreeMap<[u64; 3], Vec<i64>> = BTreeMap::new();
+    for group in due.chunks(USER_STMT) {
+        let sql = format!(
+            "SELECT id, user_id, spent, rho, releases FROM ratings WHERE user_id IN ({}) \
+             ORDER BY user_id, item_id{}",
+            in_list(group.len()),
+            store.for_update()
+        );
+        let mut q = sqlx::query(&sql);
+        for u in group {
+            q = q.bind(*u);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            let id: i64 = r.try_get(0)?;
+            let user: String = r.try_get(1)?;
+            let row = Spend {
+                spent: r.try_get(2)?,
+                rho: r.try_get(3)?,
+                releases: r.try_get(4)?,
+            };
+            let mut s = row.with(id, pending.of(&user));
+            if let Some(c) = charged.get(&id) {
+                s = s.plus(c.total(), c.rho);
+            }
+            if s != row {
+                let key = [s.spent.to_bits(), s.rho.to_bits(), s.releases as u64];
+                by_state.entry(key).or_default().push(id);
+            }
+        }
+    }
+    for ([spent, rho, releases], ids) in by_state {
+        for ids in ids.chunks(UPDATE_IDS) {
+            let sql = format!(
+                "UPDATE ratings SET spent = $1, rho = $2, releases = $3 WHERE id IN ({})",
+                literal_ids(ids)
+            );
+            sqlx::query(&sql)
+                .persistent(false)
+                .bind(f64::from_bits(spent))
+                .bind(f64::from_bits(rho))
+                .bind(releases as i64)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    for group in due.chunks(USER_STMT) {
+        let sql = format!(
+            "INSERT INTO rating_settlements (user_id, release_id) VALUES {} \
+             ON CONFLICT (user_id) DO UPDATE SET release_id = excluded.release_id",
+            value_rows(group.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for u in group {
+            q = q.bind(*u).bind(release_id);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// The stored `(eps, spent, rho)` of the charged ratings of `part` (their rows: the
+/// pending sets are folded in by [`recheck_ratings`]).
+async fn read_ratings(
     store: &Store,
     tx: &mut Tx,
     part: &[&RatingChargeRow],
     steps: &mut RatingSteps,
 ) -> Result<HashMap<i64, (f64, f64, f64)>, CommitError> {
-    // Lock in (user, item) order, the order ingestion locks in (no deadlock cycle on
-    // PostgreSQL): statements take the charged ratings of consecutive users (`part` is
-    // sorted by user, and a user is never split between two statements), each ordered by
-    // (user, item) in SQL. Where the group charges many ratings a user (a release charges
-    // them all) the statements select the users' ratings through the (user, item) index,
-    // charged or not; where few (a continual tick charges its arrival cap's few), only the
-    // charged ones by id: locking all of them was most of a tick's commit, and selecting
-    // a full release's by id doubled its rating work on PostgreSQL (docs/BENCHMARKS.md).
+    // Statements take the charged ratings of consecutive users (`part` is sorted by
+    // user, and a user is never split between two statements). Where the group charges
+    // many ratings a user (a release charges them all) the statements select the users'
+    // ratings through the (user, item) index, charged or not; where few (a continual tick
+    // charges its arrival cap's few), only the charged ones by id (docs/BENCHMARKS.md).
+    // Nothing is locked: these rows are not written (spends are lazy, `store::pending`;
+    // `settle_due` locks the rows it writes), and no other commit can run meanwhile
+    // ([`Store::begin_exclusive`]).
     let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
     for group in user_groups(part, LOCK_IDS) {
         let mut users: Vec<&str> = group.iter().map(|c| &*c.user).collect();
@@ -780,17 +958,7 @@ async fn lock_and_read_ratings(
         // (eps, spent, rho), so a few rows carry their ids as text instead of a row per
         // rating (sqlx's SQLite driver hands every row across threads: that transport, not
         // SQLite, was most of the commit's time). The values come back as doubles, exact.
-        // On PostgreSQL the rows are locked by the same statement, in order, under the
-        // grouping (a grouped query cannot lock, a sub-select can): a separate locking
-        // statement scanned them twice (lock 26 s and read 9 s of a 20M release's commit).
-        let source = if store.backend() == super::Backend::Postgres {
-            format!(
-                "(SELECT id, eps, spent, rho FROM ratings WHERE {filter} \
-                 ORDER BY user_id, item_id FOR UPDATE) AS locked"
-            )
-        } else {
-            format!("ratings WHERE {filter}")
-        };
+        let source = format!("ratings WHERE {filter}");
         let sql = format!(
             "SELECT eps, spent, rho, {} FROM {source} GROUP BY eps, spent, rho",
             store.id_list_aggregate()
@@ -834,42 +1002,6 @@ fn user_groups<'p, 'r>(
         rest = tail;
         Some(group)
     })
-}
-
-/// Writes each charged rating's new spend (the re-check passed).
-async fn update_spends(tx: &mut Tx, part: &[&RatingChargeRow]) -> Result<(), CommitError> {
-    // The new state is `spent + charge`, `rho + c.rho`: the same IEEE additions the
-    // re-check made, done by the database over each distinct charge's ratings.
-    let mut by_charge: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
-    for c in part {
-        by_charge
-            .entry((c.total().to_bits(), c.rho.to_bits()))
-            .or_default()
-            .push(c.rating_id);
-    }
-    for ((charge, rho), ids) in by_charge {
-        for ids in ids.chunks(UPDATE_IDS) {
-            let sql = format!(
-                "UPDATE ratings SET spent = spent + $1, rho = rho + $2, releases = releases + 1 \
-                 WHERE id IN ({})",
-                literal_ids(ids)
-            );
-            let updated = sqlx::query(&sql)
-                .persistent(false)
-                .bind(f64::from_bits(charge))
-                .bind(f64::from_bits(rho))
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-            if updated != ids.len() as u64 {
-                return Err(CommitError::Store(StoreError::Corrupt(format!(
-                    "updated {updated} of {} ratings",
-                    ids.len()
-                ))));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Rating ids written into the statement as integer literals (`1, 2, 5`): they are

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use futures_util::TryStreamExt;
 use sqlx::Row;
 
+use super::pending::Spend;
 use super::{now_ms, Backend, Store, StoreError};
 use crate::ledger::UserBudget;
 
@@ -175,6 +176,21 @@ impl Store {
         read: OfferRead<'_>,
         mut offer: impl FnMut(OfferedRating<'_>),
     ) -> Result<(), StoreError> {
+        // Each offered rating's spend with its user's pending charge sets folded in.
+        let pending = self.pending_of_all().await?;
+        let mut offer = |r: OfferedRating<'_>| {
+            let row = Spend {
+                spent: r.spent,
+                rho: r.rho,
+                releases: 0,
+            };
+            let s = row.with(r.id, pending.of(r.user));
+            offer(OfferedRating {
+                spent: s.spent,
+                rho: s.rho,
+                ..r
+            })
+        };
         match read {
             OfferRead::ArrivedFirst {
                 after,

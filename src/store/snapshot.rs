@@ -15,6 +15,7 @@ use std::sync::Arc;
 use futures_util::TryStreamExt;
 use sqlx::Row;
 
+use super::pending::{Pending, PendingSet, Spend, PENDING_SELECT};
 use super::{Backend, Store, StoreError};
 use crate::ledger::{PlanInput, UserBudget};
 
@@ -302,6 +303,9 @@ impl Store {
             numbered.push((s, origin));
             live += usize::try_from(r.try_get::<i64, _>(5)?).unwrap_or(0);
         }
+        // Charges not yet written into the rows (`store::pending`), folded in per user.
+        let sql = format!("{PENDING_SELECT} ORDER BY s.user_id, s.release_id");
+        let pending = Pending::from_rows(&sqlx::query(&sql).fetch_all(&mut *tx).await?)?;
         // The live ratings, deleted users' included: the rows' room is taken once (a
         // doubling vector would hold up to twice, and copy itself at every growth).
         b.ratings.reserve_exact(live);
@@ -328,18 +332,10 @@ impl Store {
             while let Some(r) = rows.try_next().await? {
                 let user: &str = r.try_get(0)?;
                 let lists: [&str; 4] = [r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?];
-                push_user(&mut b, user, lists, &state_of)?;
+                push_user(&mut b, user, lists, &state_of, pending.of(user))?;
             }
         }
-        let users = {
-            let mut rows = sqlx::query(
-                "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
-            )
-            .fetch(&mut *tx);
-            super::ratings::BudgetReader::default()
-                .read_all(&mut rows)
-                .await?
-        };
+        let users = live_budgets(&mut tx).await?;
         let items = sqlx::query("SELECT id FROM items ORDER BY id")
             .fetch_all(&mut *tx)
             .await?
@@ -349,6 +345,17 @@ impl Store {
         tx.commit().await?;
         Ok(b.finish(users, items))
     }
+}
+
+/// Every live user's budget (with or without ratings).
+async fn live_budgets(tx: &mut super::Tx) -> Result<BTreeMap<String, UserBudget>, StoreError> {
+    let mut rows = sqlx::query(
+        "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
+    )
+    .fetch(&mut **tx);
+    super::ratings::BudgetReader::default()
+        .read_all(&mut rows)
+        .await
 }
 
 /// One row per live user with live ratings: the user, then its ratings' ids, items, values
@@ -410,13 +417,18 @@ fn grouped_ratings_sql(backend: Backend, how: StateNumbers) -> String {
     )
 }
 
-/// Parses one user's lists (`ids`, `items`, `values`, `states`) into the builder.
+/// Parses one user's lists (`ids`, `items`, `values`, `states`) into the builder, each
+/// rating's stored state with the user's pending charge sets (`sets`) folded in.
 fn push_user(
     b: &mut Builder,
     user: &str,
     [ids, items, values, states]: [&str; 4],
     state_of: &[u32],
+    sets: &[PendingSet],
 ) -> Result<(), StoreError> {
+    // Most of a user's ratings have the same stored state and are listed by the same
+    // sets: the folded state is made once per (stored state, sets listing the rating).
+    let mut folded: HashMap<(u32, u64), u32> = HashMap::new();
     let bad = |what: &str| StoreError::Corrupt(format!("snapshot: user {user:?}: bad {what} list"));
     let mut items = items.split(ITEM_SEP);
     let mut values = values.split(',');
@@ -432,13 +444,59 @@ fn push_user(
             .next()
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| bad("state"))?;
-        let state = *state_of.get(k).ok_or_else(|| bad("state"))?;
+        let mut state = *state_of.get(k).ok_or_else(|| bad("state"))?;
+        if !sets.is_empty() {
+            state = fold_state(b, &mut folded, state, id, sets);
+        }
         b.push(id, user, item, value, state);
     }
     if items.next().is_some() || values.next().is_some() || states.next().is_some() {
         return Err(bad("length of a"));
     }
     Ok(())
+}
+
+/// The index of rating `id`'s state `state` with the `sets` that list it folded in.
+fn fold_state(
+    b: &mut Builder,
+    folded: &mut HashMap<(u32, u64), u32>,
+    state: u32,
+    id: i64,
+    sets: &[PendingSet],
+) -> u32 {
+    let stored = b.states[state as usize];
+    let fold = |b: &mut Builder| {
+        let row = Spend {
+            spent: stored.spent,
+            rho: stored.rho,
+            releases: 0,
+        };
+        let s = row.with(id, sets);
+        b.state(RatingState {
+            spent: s.spent,
+            rho: s.rho,
+            ..stored
+        })
+    };
+    // A user with more than 64 pending sets (not reached: a user is settled at the
+    // latest after 15 releases) is folded rating by rating.
+    if sets.len() > 64 {
+        return fold(b);
+    }
+    let mask = sets
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.lists(id))
+        .fold(0u64, |m, (k, _)| m | 1 << k);
+    if mask == 0 {
+        return state;
+    }
+    if let Some(&k) = folded.get(&(state, mask)) {
+        return k;
+    }
+    let k = fold(b);
+    folded.insert((state, mask), k);
+    k
 }
 
 #[cfg(test)]
@@ -508,7 +566,7 @@ mod tests {
         });
         let sep = ITEM_SEP.to_string();
         let items = format!("a{sep}b, c");
-        push_user(&mut b, "u", ["1,2", &items, "4,5", "0,0"], &[s]).unwrap();
+        push_user(&mut b, "u", ["1,2", &items, "4,5", "0,0"], &[s], &[]).unwrap();
         let r = b.finish(BTreeMap::new(), vec![]);
         assert_eq!(&**r.get(1).item, "b, c", "commas inside item ids survive");
         let mut b = Builder::default();
@@ -518,7 +576,10 @@ mod tests {
             ["1", "a", "x", "0"],
             ["1", "a", "4", "3"],
         ] {
-            assert!(push_user(&mut b, "u", lists, &[s]).is_err(), "{lists:?}");
+            assert!(
+                push_user(&mut b, "u", lists, &[s], &[]).is_err(),
+                "{lists:?}"
+            );
         }
     }
 }

@@ -35,12 +35,8 @@ pub async fn assert_ledger_invariants(store: &Store) {
     // sets expanded to their ratings).
     let charged = store.charged_per_rating().await.unwrap();
     let mut listed = 0;
-    for r in sqlx::query("SELECT id, eps, spent FROM ratings")
-        .fetch_all(pool)
-        .await
-        .unwrap()
-    {
-        let (id, eps, spent): (i64, f64, f64) = (r.get(0), r.get(1), r.get(2));
+    for (id, eps, spend) in store.rating_spends().await.unwrap() {
+        let spent = spend.spent;
         let charged = charged.get(&id).copied().unwrap_or(0.0);
         listed += usize::from(charged > 0.0);
         assert!(spent <= eps, "rating {id}: spent {spent} > eps {eps}");
@@ -458,9 +454,87 @@ async fn commit_rechecks_stored_state(url: &str) {
     let err = commit(&app.store, &unordered, None).await.unwrap_err();
     assert!(err.to_string().contains("user order"), "{err}");
     assert_eq!(app.store.counts().await.unwrap(), c);
+    // A later release that settled the user, or charged it, first (releases committing
+    // at once) refuses the commit: its charges would be folded out of order or never.
+    let settled_later = "INSERT INTO rating_settlements (user_id, release_id) \
+         VALUES ('u1', 1000000) ON CONFLICT (user_id) DO UPDATE SET release_id = 1000000";
+    let charged_later = "INSERT INTO rating_charge_sets (release_id, user_id, n, eps_train, \
+         eps_popularity, rho, eps, unit, neighbour, rating_ids) \
+         VALUES (1000000, 'u1', 0, 0, 0, 0, 0, 'rating', 'add-remove', '')";
+    for (sql, undo) in [
+        (
+            settled_later,
+            "DELETE FROM rating_settlements WHERE user_id = 'u1'",
+        ),
+        (
+            charged_later,
+            "DELETE FROM rating_charge_sets WHERE release_id = 1000000",
+        ),
+    ] {
+        sqlx::query(sql).execute(app.store.pool()).await.unwrap();
+        let err = commit(&app.store, &record(0.1), None).await.unwrap_err();
+        assert!(matches!(err, CommitError::LedgerMoved(_)), "{err}");
+        assert_eq!(app.store.counts().await.unwrap(), c);
+        sqlx::query(undo).execute(app.store.pool()).await.unwrap();
+    }
+    commit(&app.store, &record(0.1), None).await.unwrap();
+    assert_ledger_invariants(&app.store).await;
     app.stop().await;
 }
 both_backends!(commit_rechecks_stored_state);
+
+/// Rating spends are written lazily (`store::pending`): a release settles the users it is
+/// due to (one release in 8 by a hash of the user) and writes no other rating row. After
+/// 20 releases some rows are settled and some users have charges pending, and every
+/// reader agrees with the charges: `rating_spends` (the invariants), the snapshot's
+/// states (bit for bit), the audit.
+async fn lazy_spends_agree_in_every_reader(url: &str) {
+    let (t, _) = FakeDp::gaussian(500.0);
+    let mut s = settings(url);
+    s.budget.share = dprec::ledger::SharePolicy::Split(40);
+    let app = TestApp::spawn(s, t, Hooks::default()).await;
+    ingest_grid(&app, 12, 5, 1.0).await;
+    for _ in 0..20 {
+        let job = app.retrain().await;
+        assert_eq!(job.status, "succeeded", "{job:?}");
+    }
+    assert_ledger_invariants(&app.store).await;
+    let spends = app.store.rating_spends().await.unwrap();
+    assert!(
+        spends.iter().all(|(_, _, s)| s.releases == 20),
+        "{spends:?}"
+    );
+    let rows: Vec<i64> = sqlx::query("SELECT releases FROM ratings")
+        .fetch_all(app.store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(rows.iter().any(|&n| n > 0), "no row settled: {rows:?}");
+    assert!(rows.iter().any(|&n| n < 20), "nothing pending: {rows:?}");
+    assert!(
+        rows.iter().all(|&n| n >= 20 - 15),
+        "settled too rarely: {rows:?}"
+    );
+    let snap = app.store.snapshot().await.unwrap();
+    assert_eq!(snap.len(), spends.len());
+    for r in snap.iter() {
+        let (_, eps, s) = spends.iter().find(|x| x.0 == r.id).unwrap();
+        assert_eq!(r.eps.to_bits(), eps.to_bits());
+        assert_eq!(r.spent.to_bits(), s.spent.to_bits(), "rating {}", r.id);
+        assert_eq!(r.rho.to_bits(), s.rho.to_bits(), "rating {}", r.id);
+    }
+    let (_, a) = app.get("/v1/users/u1/budget", READER).await;
+    let entries = a["ratings"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 4, "u1 rates 4 of the 5 items");
+    for e in entries {
+        assert_eq!(e["releases"], 20, "{e}");
+        assert!(e["spent"].as_f64().unwrap() > 0.0, "{e}");
+    }
+    app.stop().await;
+}
+both_backends!(lazy_spends_agree_in_every_reader);
 
 fn charge_of(r: &RatingChargeRow) -> dprec::store::Charge {
     dprec::store::Charge {
@@ -558,13 +632,8 @@ async fn crash_between_commit_chunks(url: &str) {
 both_backends!(crash_between_commit_chunks);
 
 async fn spent_by_rating(store: &Store) -> Vec<(i64, f64)> {
-    sqlx::query("SELECT id, spent FROM ratings ORDER BY id")
-        .fetch_all(store.pool())
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    let spends = store.rating_spends().await.unwrap();
+    spends.iter().map(|(id, _, s)| (*id, s.spent)).collect()
 }
 
 /// Ingestion during a release commit waits for one ledger transaction, not the whole
