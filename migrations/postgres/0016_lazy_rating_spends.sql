@@ -11,3 +11,11 @@ CREATE TABLE rating_settlements (
 );
 INSERT INTO rating_settlements (user_id, release_id)
     SELECT id, (SELECT COALESCE(MAX(id), 0) FROM releases) FROM users;
+-- How many ledger transactions have charged ratings: the training snapshot reads it, and a
+-- commit that finds it moved by no other release re-checks its charges against the states
+-- the release was planned from instead of reading every charged rating's row again.
+CREATE TABLE ledger_clock (
+    id INTEGER PRIMARY KEY NOT NULL,
+    n BIGINT NOT NULL
+);
+INSERT INTO ledger_clock (id, n) VALUES (1, 0);

@@ -317,6 +317,9 @@ pub struct Admitted {
     /// The rating's pure spend so far (with `rho`, what the release's charges are checked
     /// against without the snapshot, which goes before the fit).
     pub spent: f64,
+    /// The rating's eps_ij (with `spent` and `rho`, the state the commit re-checks the
+    /// charge against when the ledger has not moved since the snapshot).
+    pub eps: f64,
 }
 
 /// What an admitted rating may spend: the same for every rating in the same budget state,
@@ -328,16 +331,18 @@ pub struct Terms {
     pub train_budget: f64,
     pub rho: f64,
     pub spent: f64,
+    pub eps: f64,
 }
 
 impl Terms {
-    fn key(&self) -> [u64; 5] {
+    fn key(&self) -> [u64; 6] {
         [
             self.share.to_bits(),
             u64::from(self.popularity),
             self.train_budget.to_bits(),
             self.rho.to_bits(),
             self.spent.to_bits(),
+            self.eps.to_bits(),
         ]
     }
 }
@@ -349,7 +354,7 @@ impl Terms {
 pub struct Plan {
     admitted: Vec<(u32, u32)>,
     terms: Vec<Terms>,
-    terms_index: HashMap<[u64; 5], u32>,
+    terms_index: HashMap<[u64; 6], u32>,
     pub ratings_exhausted: usize,
     /// Users left out, with the reason.
     pub users_excluded: BTreeMap<String, Exclusion>,
@@ -376,6 +381,7 @@ impl Plan {
             train_budget: a.train_budget,
             rho: a.rho,
             spent: a.spent,
+            eps: a.eps,
         };
         let next = self.terms.len() as u32;
         let k = *self.terms_index.entry(t.key()).or_insert(next);
@@ -404,6 +410,7 @@ impl Plan {
             train_budget: t.train_budget,
             rho: t.rho,
             spent: t.spent,
+            eps: t.eps,
         }
     }
 
@@ -526,6 +533,7 @@ pub fn plan_inputs<'a>(
                     train_budget,
                     rho: r.rho,
                     spent: r.spent,
+                    eps: r.eps,
                 });
             }
         }

@@ -525,6 +525,8 @@ impl Retrainer {
             users_json: "[]".into(),
             items_json: serde_json::to_string(items)?,
             popularity_json: serde_json::to_string(&popularity)?,
+            // Offers are read outside one snapshot: the commit reads the rows.
+            snapshot_clock: None,
         })
     }
 

@@ -504,6 +504,7 @@ impl Retrainer {
         // The set consumes the snapshot and carries what the charges read (ids, users, each
         // rating's terms): at 20M ratings the snapshot is half a gigabyte, the plan's list
         // of admitted ratings 160 MB, beside the fit.
+        let ledger_clock = snap.ledger_clock;
         let set = steps::training_set(snap, &plan)?;
         plan.release_admitted();
         clock.mark("training set");
@@ -548,7 +549,7 @@ impl Retrainer {
             .and_then(|h| h.own_total);
         let stored_ranker = fitted.ranker.as_ref().and_then(|r| r.stored());
         let stored = stored_ranker.is_some();
-        let rec = steps::record(RecordInput {
+        let mut rec = steps::record(RecordInput {
             trainer: &*trainer,
             guarantee,
             set: &set,
@@ -559,6 +560,7 @@ impl Retrainer {
             job_id,
             started_at,
         })?;
+        rec.snapshot_clock = ledger_clock;
         // The served form is built before committing, so a model that cannot be served
         // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
         // Served through the ranker only if it was stored with the release (a restart

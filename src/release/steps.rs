@@ -12,7 +12,7 @@ use crate::data::{IdMap, Interactions, Ratings};
 use crate::ledger::{self, plan_inputs, Plan, PlanParams};
 use crate::rng::DpRng;
 use crate::serve::Popularity;
-use crate::store::{Charge, RatingCharges, ReleaseRecord, Snapshot};
+use crate::store::{Before, Charge, RatingCharges, ReleaseRecord, Snapshot};
 use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::{
     dp_stats, units, FactorModel, Fitted, Guarantee, PerRating, ReleaseCharges, TrainData, Trainer,
@@ -182,6 +182,7 @@ fn local_admission(trainer: &Arc<dyn Trainer>, snap: &Snapshot) -> Result<Admiss
             train_budget: 0.0,
             rho: r.rho,
             spent: r.spent,
+            eps: r.eps,
         },
     ));
     if plan.admitted_len() == 0 {
@@ -639,11 +640,8 @@ fn rating_rows(
     // charges few distinct ones: ratings in the same state are charged alike), then
     // grouped by user without a row per rating (`RatingCharges::by_user`).
     const NONE: u32 = u32::MAX;
-    let mut distinct: Vec<Charge> = Vec::new();
-    let mut index_of: HashMap<[u64; 3], u32> = HashMap::new();
+    let mut distinct = DistinctCharges::default();
     let mut code = Vec::with_capacity(n);
-    // Consecutive ratings are mostly charged alike: the last charge's index, before the map.
-    let mut last: Option<([u64; 3], u32)> = None;
     // Ratings in the same state charged the same add the same: the conversion (a
     // minimum over 156 orders, twice) runs once per distinct case, not once per rating.
     let mut added_of: HashMap<[u64; 4], f64> = HashMap::new();
@@ -677,26 +675,67 @@ fn rating_rows(
             eps_popularity: pop_k,
             rho: rho_k,
         };
-        code.push(if !charge.is_charge() {
-            NONE
-        } else if let Some((_, c)) = last.filter(|(bits, _)| *bits == charge.bits()) {
-            c
+        let before = Before {
+            eps: a.eps,
+            spent: a.spent,
+            rho: a.rho,
+        };
+        code.push(if charge.is_charge() {
+            distinct.code(charge, before)
         } else {
-            let c = *index_of.entry(charge.bits()).or_insert_with(|| {
-                distinct.push(charge);
-                distinct.len() as u32 - 1
-            });
-            last = Some((charge.bits(), c));
-            c
+            NONE
         });
     }
     let users = &set.ratings.users;
-    Ok(RatingCharges::by_user(&set.user_ids, &distinct, || {
-        (0..n)
-            .zip(set.ids.iter())
-            .filter(|&(k, _)| code[k] != NONE)
-            .map(|(k, id)| (users[k], id, code[k]))
-    }))
+    let DistinctCharges {
+        charges, befores, ..
+    } = distinct;
+    Ok(RatingCharges::by_user_from(
+        &set.user_ids,
+        &charges,
+        &befores,
+        || {
+            (0..n)
+                .zip(set.ids.iter())
+                .filter(|&(k, _)| code[k] != NONE)
+                .map(|(k, id)| (users[k], id, code[k]))
+        },
+    ))
+}
+
+/// The distinct (charge, planned state) pairs of a release, each with its code (a
+/// release charges few: ratings in the same state are charged alike); the commit may
+/// re-check a charge against its planned state (`store::Before`).
+#[derive(Default)]
+struct DistinctCharges {
+    charges: Vec<Charge>,
+    befores: Vec<Before>,
+    index_of: HashMap<[u64; 6], u32>,
+    /// Consecutive ratings are mostly charged alike: the last pair's code, before the map.
+    last: Option<([u64; 6], u32)>,
+}
+
+impl DistinctCharges {
+    fn code(&mut self, charge: Charge, before: Before) -> u32 {
+        let [t, p, r] = charge.bits();
+        let [e, s, h] = [before.eps, before.spent, before.rho].map(f64::to_bits);
+        let key = [t, p, r, e, s, h];
+        if let Some((_, c)) = self.last.filter(|(k, _)| *k == key) {
+            return c;
+        }
+        let c = match self.index_of.get(&key) {
+            Some(&c) => c,
+            None => {
+                self.charges.push(charge);
+                self.befores.push(before);
+                let c = self.charges.len() as u32 - 1;
+                self.index_of.insert(key, c);
+                c
+            }
+        };
+        self.last = Some((key, c));
+        c
+    }
 }
 
 /// The user-level charges of a release: its event, stored as the list of its parts
@@ -767,6 +806,7 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         users_json: serde_json::to_string(&set.user_ids)?,
         items_json: serde_json::to_string(&set.item_ids)?,
         popularity_json: serde_json::to_string(popularity)?,
+        snapshot_clock: None,
     })
 }
 
@@ -934,6 +974,7 @@ mod tests {
                 train_budget: 0.5,
                 rho: 0.0,
                 spent: r.spent,
+                eps: r.eps,
             },
         ));
         let whole = training_set_giving_back(snap.clone(), &plan, usize::MAX).unwrap();

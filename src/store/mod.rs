@@ -37,7 +37,7 @@ pub use foreground::Foreground;
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;
 pub use pending::Spend;
-pub use rating_charges::{Charge, RatingChargeRow, RatingCharges};
+pub use rating_charges::{Before, Charge, RatingChargeRow, RatingCharges};
 pub use releases::{
     commit_charges_only, commit_release, CommitError, CommitPoint, Committed, InsideTxHook,
     ModelRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
@@ -466,7 +466,7 @@ impl Store {
     }
 
     /// Ledger rows per transaction of a release commit (default
-    /// [`DEFAULT_COMMIT_ROWS`]; a rating charge counts 1, a user charge 8).
+    /// [`DEFAULT_COMMIT_ROWS`]; a rating charge counts 1, a user charge 32).
     pub fn commit_rows(&self) -> usize {
         self.commit_rows.load(Ordering::Relaxed)
     }

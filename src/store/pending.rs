@@ -8,9 +8,10 @@
 //! `rho + rho`, `releases + 1`), so the values are the same bits.
 //!
 //! A release settles a user (writes the folded rows and moves the mark) when the user is
-//! due ([`due`]): one release in [`SETTLE_EVERY`] by a hash of the user, or when the
-//! user's pending releases reach twice that. So a release rewrites about 1/8 of the rows
-//! it charges, and a reader folds at most a few sets a user. Every reader of a rating's
+//! due ([`due`]): one release in [`SETTLE_EVERY`] by a hash of the user. So a release
+//! rewrites about 1/8 of the rows it charges, and a reader folds at most a few sets a user
+//! (a user not charged by its due releases keeps its sets pending longer: correct, only
+//! slower to read). Every reader of a rating's
 //! spend goes through [`Pending`]: the training snapshot, the commit's re-check, a
 //! continual tick's offers and the audit.
 
@@ -88,18 +89,12 @@ impl Pending {
         self.by_user.extend(other.by_user);
     }
 
-    /// How many distinct releases `user` has pending.
-    pub fn releases_of(&self, user: &str) -> usize {
-        let sets = self.of(user);
-        sets.iter()
-            .enumerate()
-            .filter(|(k, s)| *k == 0 || sets[k - 1].release_id != s.release_id)
-            .count()
-    }
-
     /// Adds a set of `user` (sets must come in release order per user).
     pub fn push(&mut self, user: &str, set: PendingSet) -> Result<(), StoreError> {
-        let sets = self.by_user.entry(user.to_owned()).or_default();
+        if !self.by_user.contains_key(user) {
+            self.by_user.insert(user.to_owned(), Vec::with_capacity(1));
+        }
+        let sets = self.by_user.get_mut(user).expect("inserted");
         if sets.last().is_some_and(|l| l.release_id > set.release_id) {
             return Err(StoreError::Corrupt(format!(
                 "pending charge sets of {user:?} out of release order"
@@ -109,28 +104,34 @@ impl Pending {
         Ok(())
     }
 
-    /// Reads the rows of a pending-set query: `user_id, release_id, eps_train,
-    /// eps_popularity, rho, rating_ids`, ordered by user and release.
+    /// Reads the rows of a pending-set query ([`PENDING_SELECT`]).
     pub fn from_rows(rows: &[sqlx::any::AnyRow]) -> Result<Pending, StoreError> {
         let mut out = Pending::default();
         for r in rows {
-            let user: String = r.try_get(0)?;
-            let ids: String = r.try_get(5)?;
-            let runs = id_runs::decode(&ids)
-                .ok_or_else(|| StoreError::Corrupt(format!("charge set ids {ids:?}")))?;
-            let eps_train: f64 = r.try_get(2)?;
-            let eps_popularity: f64 = r.try_get(3)?;
-            out.push(
-                &user,
-                PendingSet {
-                    release_id: r.try_get(1)?,
-                    charge: eps_train + eps_popularity,
-                    rho: r.try_get(4)?,
-                    runs,
-                },
-            )?;
+            out.push_row(r)?;
         }
         Ok(out)
+    }
+
+    /// Adds one row of a pending-set query: `user_id, release_id, eps_train,
+    /// eps_popularity, rho, rating_ids`, rows ordered by user and release.
+    pub fn push_row(&mut self, r: &sqlx::any::AnyRow) -> Result<(), StoreError> {
+        let user: &str = r.try_get(0)?;
+        let ids: &str = r.try_get(5)?;
+        let mut runs = id_runs::decode(ids)
+            .ok_or_else(|| StoreError::Corrupt(format!("charge set ids {ids:?}")))?;
+        runs.shrink_to_fit();
+        let eps_train: f64 = r.try_get(2)?;
+        let eps_popularity: f64 = r.try_get(3)?;
+        self.push(
+            user,
+            PendingSet {
+                release_id: r.try_get(1)?,
+                charge: eps_train + eps_popularity,
+                rho: r.try_get(4)?,
+                runs,
+            },
+        )
     }
 }
 
@@ -142,19 +143,17 @@ pub const PENDING_SELECT: &str = "SELECT s.user_id, s.release_id, s.eps_train, \
      LEFT JOIN rating_settlements t ON t.user_id = s.user_id \
      WHERE s.release_id > COALESCE(t.release_id, 0)";
 
-/// Whether release `release_id` settles `user`, who has `pending_releases` releases
-/// pending before it: one release in [`SETTLE_EVERY`] by a hash of the user (so each
-/// release settles about the same share of users), or once they are twice that many.
-pub fn due(user: &str, release_id: i64, pending_releases: usize) -> bool {
+/// Whether release `release_id` settles `user`: one release in [`SETTLE_EVERY`] by a
+/// hash of the user, so each release settles about the same share of users and a user
+/// charged by every release has at most that many pending.
+pub fn due(user: &str, release_id: i64) -> bool {
     // FNV-1a: stable across builds and platforms (the std hasher is not).
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in user.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    let k = SETTLE_EVERY as u64;
-    h % k == release_id.rem_euclid(SETTLE_EVERY) as u64
-        || pending_releases as i64 >= 2 * SETTLE_EVERY - 1
+    h % SETTLE_EVERY as u64 == release_id.rem_euclid(SETTLE_EVERY) as u64
 }
 
 #[cfg(test)]
@@ -213,33 +212,32 @@ mod tests {
         assert_eq!(row.with(2, &sets).releases, 3);
     }
 
-    /// Over any 8 consecutive releases every user is due exactly once by its hash; a user
-    /// with 15 pending releases is due whatever the release.
+    /// Over any 8 consecutive releases every user is due exactly once.
     #[test]
     fn every_user_is_due_once_in_every_settle_every_releases() {
         for user in ["a", "b", "user-1", "user-2", "zoë", ""] {
             for start in [1i64, 9, 100] {
                 let n = (start..start + SETTLE_EVERY)
-                    .filter(|&r| due(user, r, 0))
+                    .filter(|&r| due(user, r))
                     .count();
                 assert_eq!(n, 1, "{user:?} from {start}");
             }
-            assert!((1..20).all(|r| due(user, r, 15)));
         }
         // The hash spreads users over the releases (not all due together).
-        let first: Vec<bool> = (0..200).map(|u| due(&format!("u{u}"), 8, 0)).collect();
+        let first: Vec<bool> = (0..200).map(|u| due(&format!("u{u}"), 8)).collect();
         let n = first.iter().filter(|d| **d).count();
         assert!((10..=40).contains(&n), "{n} of 200 due at one release");
     }
 
     #[test]
-    fn pending_counts_releases_and_refuses_disorder() {
+    fn pending_keeps_release_order_and_refuses_disorder() {
         let mut p = Pending::default();
         p.push("u", set(3, 0.1, &[(1, 1)])).unwrap();
         p.push("u", set(3, 0.2, &[(2, 2)])).unwrap();
         p.push("u", set(5, 0.1, &[(1, 2)])).unwrap();
-        assert_eq!(p.releases_of("u"), 2);
-        assert_eq!(p.releases_of("v"), 0);
+        let releases: Vec<i64> = p.of("u").iter().map(|s| s.release_id).collect();
+        assert_eq!(releases, [3, 3, 5]);
+        assert!(p.of("v").is_empty());
         assert!(p.push("u", set(4, 0.1, &[(1, 1)])).is_err());
     }
 }

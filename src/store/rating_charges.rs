@@ -45,11 +45,22 @@ impl Charge {
     }
 }
 
-/// One user's ratings charged the same.
+/// The ledger state a charged rating was planned from (the snapshot's, pending charges
+/// folded in): with it the commit re-checks a charge without reading the rating's row
+/// when nothing has been committed since the snapshot (`store::releases`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Before {
+    pub eps: f64,
+    pub spent: f64,
+    pub rho: f64,
+}
+
+/// One user's ratings charged the same (from the same planned state, where known).
 #[derive(Debug, Clone, PartialEq)]
 struct Group {
     user: Arc<str>,
     charge: Charge,
+    before: Option<Before>,
     /// End of the group's ids in [`RatingCharges::ids`] (its start is the previous end).
     end: usize,
 }
@@ -106,6 +117,22 @@ impl RatingCharges {
         F: Fn() -> I,
         I: Iterator<Item = (u32, i64, u32)>,
     {
+        Self::by_user_from(users, charges, &[], entries)
+    }
+
+    /// [`RatingCharges::by_user`] with the planned state of each charge index
+    /// (`befores[c]` for `charges[c]`; none where `befores` is shorter).
+    pub fn by_user_from<F, I, S>(
+        users: &[S],
+        charges: &[Charge],
+        befores: &[Before],
+        entries: F,
+    ) -> Self
+    where
+        S: AsRef<str>,
+        F: Fn() -> I,
+        I: Iterator<Item = (u32, i64, u32)>,
+    {
         let mut start = vec![0usize; users.len() + 1];
         for (u, _, _) in entries() {
             start[u as usize + 1] += 1;
@@ -144,6 +171,7 @@ impl RatingCharges {
                     groups.push(Group {
                         user: user.clone(),
                         charge: charges[codes[k] as usize],
+                        before: befores.get(codes[k] as usize).copied(),
                         end: k + 1,
                     });
                 }
@@ -158,10 +186,15 @@ impl RatingCharges {
     pub fn push(&mut self, user: &Arc<str>, charge: Charge, rating_id: i64) {
         self.ids.push(rating_id);
         match self.groups.last_mut() {
-            Some(g) if g.user == *user && g.charge.bits() == charge.bits() => g.end += 1,
+            Some(g)
+                if g.user == *user && g.charge.bits() == charge.bits() && g.before.is_none() =>
+            {
+                g.end += 1
+            }
             _ => self.groups.push(Group {
                 user: user.clone(),
                 charge,
+                before: None,
                 end: self.ids.len(),
             }),
         }
@@ -203,6 +236,14 @@ impl RatingCharges {
         &self,
         range: std::ops::Range<usize>,
     ) -> impl Iterator<Item = RatingChargeRow> + '_ {
+        self.rows_from(range).map(|(row, _)| row)
+    }
+
+    /// [`RatingCharges::rows`] with each one's planned state, where known.
+    pub fn rows_from(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (RatingChargeRow, Option<Before>)> + '_ {
         // The group holding `range.start`: the first whose end is past it.
         let mut g = self.groups.partition_point(|g| g.end <= range.start);
         range.map(move |k| {
@@ -210,13 +251,14 @@ impl RatingCharges {
                 g += 1;
             }
             let group = &self.groups[g];
-            RatingChargeRow {
+            let row = RatingChargeRow {
                 rating_id: self.ids[k],
                 user: group.user.clone(),
                 eps_train: group.charge.eps_train,
                 eps_popularity: group.charge.eps_popularity,
                 rho: group.charge.rho,
-            }
+            };
+            (row, group.before)
         })
     }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use sqlx::Row;
 
 use super::pending::{self, Pending, Spend, PENDING_SELECT};
-use super::rating_charges::{RatingChargeRow, RatingCharges};
+use super::rating_charges::{Before, RatingChargeRow, RatingCharges};
 use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
 use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::ledger::{gaussian_eps, user_cost};
@@ -181,6 +181,11 @@ pub struct ReleaseRecord {
     pub users_json: String,
     pub items_json: String,
     pub popularity_json: String,
+    /// The ledger clock of the snapshot the charges were planned from (their planned
+    /// states are in `rating_charges`): while the commit finds the clock moved only by
+    /// its own transactions, it re-checks against those states without reading the rows.
+    /// `None`: it reads them.
+    pub snapshot_clock: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -250,16 +255,22 @@ pub struct CommitPoint {
 pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
 /// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
-/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. 8,000
-/// rows (as long a transaction, with charge sets, as 2,000 were before) measured worse
-/// under mixed load at 1M ratings (top-N p99 10.7 s, ingestion p99 903 ms, against 768 ms
-/// and 229 ms at 2,000, single runs): kept at 2,000.
-pub const DEFAULT_COMMIT_ROWS: usize = 2_000;
+/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. When
+/// every charged rating's row was rewritten, 8,000 rows measured worse than 2,000 under
+/// mixed load at 1M ratings (top-N p99 10.7 s, ingestion p99 903 ms, against 768 ms and
+/// 229 ms, single runs). Since spends are lazy (`store::pending`) a transaction rewrites
+/// one charged rating in 8, and 8,000 take about as long as 2,000 did (longest 30-50 ms
+/// at ML-20M size), while a commit's fixed cost (a sync and about ten statements a
+/// transaction) is paid a quarter as often.
+pub const DEFAULT_COMMIT_ROWS: usize = 8_000;
 /// Weight of a user charge in a chunk: it reads, parses, composes and rewrites the
-/// user's RDP curve (156 orders of JSON) besides inserting its charge row.
-const USER_WEIGHT: usize = 8;
+/// user's RDP curve (156 orders of JSON) besides inserting its charge row (250 users a
+/// transaction at the default, as before).
+const USER_WEIGHT: usize = 32;
 /// Users per statement (6 binds per charge row; see [`literal_ids`] for why few).
 const USER_STMT: usize = 50;
+/// Users per statement that reads pending charge sets (one bind each).
+const PENDING_USERS: usize = 200;
 
 /// The ranges of users and of ratings written by one ledger transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -358,6 +369,10 @@ pub struct Committed {
     /// Short gaps it left without requests, one every 8 transactions (for writers in
     /// other processes).
     pub gaps: usize,
+    /// Whether it re-read the charged ratings' rows to re-check the charges (something
+    /// else was committed since the release's snapshot, or it had none), rather than
+    /// re-checking them against the states the release was planned from.
+    pub rows_reread: bool,
 }
 
 /// Records `rec` (see the comment above), once its model is stored, i.e. published.
@@ -406,7 +421,11 @@ async fn commit(
     let mut release_id: Option<i64> = None;
     // Where the time goes (logged at the end): user and rating work inside the
     // transactions, and the pauses between them.
-    let mut phases = PhaseTimes::default();
+    let mut progress = Progress {
+        phases: PhaseTimes::default(),
+        clock: rec.snapshot_clock,
+        settled: HashSet::new(),
+    };
     // The stretch since the last pause (or the start): did a request start or run in it?
     let mut stretch = store.foreground().mark();
     for (k, chunk) in chunks.iter().enumerate() {
@@ -422,7 +441,7 @@ async fn commit(
             costs: &costs,
             publish,
         };
-        let res = commit_chunk(store, &ctx, chunk, point, release_id, hook, &mut phases).await;
+        let res = commit_chunk(store, &ctx, chunk, point, release_id, hook, &mut progress).await;
         match res {
             Ok(id) => release_id = Some(id),
             Err(e) => {
@@ -445,25 +464,71 @@ async fn commit(
             }
         }
         let took = t.elapsed();
+        let phases = &mut progress.phases;
         phases.longest = phases.longest.max(took);
         if k + 1 < n {
-            step_aside(store, took, &mut stretch, &mut phases).await;
+            step_aside(store, took, &mut stretch, phases).await;
         }
     }
     let id = release_id.expect("at least one chunk");
-    log::info!(
-        "release {id}: {} rating and {} user charges committed in {n} ledger transaction(s), \
-         {:.0} ms in all, {phases}",
-        rec.rating_charges.len(),
-        users.len(),
-        started.elapsed().as_secs_f64() * 1e3,
-    );
+    log_commit(id, rec, users.len(), n, started, &progress);
     Ok(Committed {
         release_id: id,
         transactions: n,
-        pauses: phases.pauses,
-        gaps: phases.gaps,
+        pauses: progress.phases.pauses,
+        gaps: progress.phases.gaps,
+        rows_reread: progress.clock.is_none(),
     })
+}
+
+/// The commit's line in the log: what it wrote and where the time went.
+fn log_commit(
+    id: i64,
+    rec: &ReleaseRecord,
+    users: usize,
+    transactions: usize,
+    started: Instant,
+    progress: &Progress,
+) {
+    log::info!(
+        "release {id}: {} rating and {users} user charges committed in {transactions} ledger \
+         transaction(s), {:.0} ms in all, {}; rows re-read: {}",
+        rec.rating_charges.len(),
+        started.elapsed().as_secs_f64() * 1e3,
+        progress.phases,
+        if progress.clock.is_some() {
+            "no (ledger untouched since the snapshot)"
+        } else {
+            "yes"
+        },
+    );
+}
+
+/// What a commit carries from one ledger transaction to the next.
+struct Progress {
+    phases: PhaseTimes,
+    /// Where the ledger clock should stand if nothing but this commit moved it since the
+    /// release's snapshot ([`tick_clock`]); `None` once anything else did (or with no
+    /// snapshot): the charges are then re-checked against the rows.
+    clock: Option<i64>,
+    /// Users this commit has settled (their later charges are written to the rows too).
+    settled: HashSet<String>,
+}
+
+/// Moves the ledger clock on (in a transaction that charges ratings, under the commit
+/// lock) and tells whether it stood where `expected` says: only this commit's own
+/// transactions moved it since the snapshot, so every rating's state is the one the
+/// release was planned from (ratings' eps_ij never change, and their spends change only
+/// in ledger transactions that charge ratings, each of which moves the clock). Once it
+/// did not, `expected` stays `None`.
+async fn tick_clock(tx: &mut Tx, expected: &mut Option<i64>) -> Result<bool, CommitError> {
+    let n: i64 = sqlx::query("UPDATE ledger_clock SET n = n + 1 WHERE id = 1 RETURNING n")
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get(0)?;
+    let untouched = *expected == Some(n - 1);
+    *expected = untouched.then_some(n);
+    Ok(untouched)
 }
 
 /// With no request to step aside for, a commit still leaves the write lock free this
@@ -574,7 +639,7 @@ async fn commit_chunk(
     point: CommitPoint,
     release_id: Option<i64>,
     hook: Option<&InsideTxHook>,
-    phases: &mut PhaseTimes,
+    progress: &mut Progress,
 ) -> Result<i64, CommitError> {
     let ChunkCtx {
         rec,
@@ -585,6 +650,15 @@ async fn commit_chunk(
     } = *ctx;
     let _gate = store.write_gate().await;
     let mut tx = store.begin_exclusive().await?;
+    if store.backend() == super::Backend::Postgres {
+        // Every read here selects a few users' rows through an index. The charge sets
+        // grow by a row a user during the commit, past what the planner's statistics
+        // said (none on a first release): planned as sequential scans, the reads of
+        // pending sets took most of a 20M release's commit (docs/BENCHMARKS.md).
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await?;
+    }
     let id = match release_id {
         Some(id) => id,
         None => insert_release(&mut tx, rec).await?,
@@ -593,13 +667,28 @@ async fn commit_chunk(
     for part in users[chunk.users.clone()].chunks(USER_STMT) {
         charge_users(store, &mut tx, id, part, costs).await?;
     }
-    phases.users += t.elapsed();
+    progress.phases.users += t.elapsed();
     let t = Instant::now();
-    // This transaction's charges as rows (at most `commit_rows` of them).
-    let rows: Vec<RatingChargeRow> = ratings.rows(chunk.ratings.clone()).collect();
-    let part: Vec<&RatingChargeRow> = rows.iter().collect();
-    charge_ratings(store, &mut tx, id, rec, &part, &mut phases.rating_steps).await?;
-    phases.ratings += t.elapsed();
+    // This transaction's charges as rows (at most `commit_rows` of them), with the
+    // states they were planned from.
+    let rows: Vec<(RatingChargeRow, Option<Before>)> =
+        ratings.rows_from(chunk.ratings.clone()).collect();
+    if !rows.is_empty() {
+        let untouched = tick_clock(&mut tx, &mut progress.clock).await?;
+        let planned: Option<Vec<Before>> = untouched
+            .then(|| {
+                rows.iter()
+                    .map(|(_, b)| *b)
+                    .collect::<Option<Vec<Before>>>()
+            })
+            .flatten();
+        let part: Vec<&RatingChargeRow> = rows.iter().map(|(r, _)| r).collect();
+        let steps = &mut progress.phases.rating_steps;
+        let settled = &mut progress.settled;
+        let planned = planned.as_deref();
+        charge_ratings(store, &mut tx, id, rec, &part, planned, settled, steps).await?;
+    }
+    progress.phases.ratings += t.elapsed();
     if publish && point.chunk + 1 == point.chunks {
         sqlx::query(
             "INSERT INTO models (release_id, model, users, items, popularity) \
@@ -676,11 +765,12 @@ fn in_list(n: usize) -> String {
 }
 
 /// What the release adds to each charged rating's loss bound, after checking every charge
-/// against the stored `(eps, spent, rho)` with the user's pending sets folded in.
+/// against the rating's `(eps, spent, rho)` as `state_of` gives it: the stored row with
+/// the user's pending sets folded in, or the state the release was planned from when
+/// nothing else has been committed since its snapshot.
 fn recheck_ratings(
     part: &[&RatingChargeRow],
-    stored: &HashMap<i64, (f64, f64, f64)>,
-    pending: &Pending,
+    mut state_of: impl FnMut(usize, &RatingChargeRow) -> Result<(f64, f64, f64), CommitError>,
 ) -> Result<Vec<f64>, CommitError> {
     // Re-check every charge against the stored state first (the rating's loss bound,
     // pure spend plus converted Gaussian part, must stay within eps_ij).
@@ -693,16 +783,8 @@ fn recheck_ratings(
             .entry(r.to_bits())
             .or_insert_with(|| gaussian_eps(r))
     };
-    for c in part {
-        let &(eps, spent, rho) = stored
-            .get(&c.rating_id)
-            .ok_or(CommitError::RatingMissing(c.rating_id))?;
-        let row = Spend {
-            spent,
-            rho,
-            releases: 0,
-        };
-        let Spend { spent, rho, .. } = row.with(c.rating_id, pending.of(&c.user));
+    for (k, c) in part.iter().enumerate() {
+        let (eps, spent, rho) = state_of(k, c)?;
         let charge = c.total();
         // `rating_loss` written out with the memoised conversion (same arithmetic as
         // `fits_with_rho`, exact, no tolerance).
@@ -724,6 +806,20 @@ fn recheck_ratings(
     Ok(increments)
 }
 
+/// The stored state of `c` (its row with its user's pending sets folded in).
+fn stored_state(
+    stored: &Stored,
+    pending: &Pending,
+    c: &RatingChargeRow,
+) -> Result<(f64, f64, f64), CommitError> {
+    let &(eps, row) = stored
+        .rows
+        .get(&c.rating_id)
+        .ok_or(CommitError::RatingMissing(c.rating_id))?;
+    let s = row.with(c.rating_id, pending.of(&c.user));
+    Ok((eps, s.spent, s.rho))
+}
+
 /// Charged ratings per statement that locks and reads them (whole users, so a
 /// statement may take more).
 const LOCK_IDS: usize = 2_000;
@@ -737,19 +833,23 @@ const UPDATE_IDS: usize = 5_000;
 /// Charge-set rows per INSERT (10 binds each).
 const SET_ROWS: usize = 25;
 
-/// Rating charges inside a ledger transaction (`part` sorted by (user, item)): read the
-/// stored state of the charged ratings with their users' pending charge sets folded in
-/// ([`super::pending`]), re-check every charge against it, insert one charge-set row per
-/// (user, charge), its ratings stored as runs of ids ([`super::id_runs`], migration
-/// 0012), and settle the users this release is due to settle (write their folded rows).
-/// The other charged ratings' rows are not written: their sets are their new spend.
-/// Binds grow with users, not with ratings.
+/// Rating charges inside a ledger transaction (`part` sorted by (user, item)): re-check
+/// every charge against the rating's state, insert one charge-set row per (user, charge),
+/// its ratings stored as runs of ids ([`super::id_runs`], migration 0012), and settle the
+/// users this release is due to settle (write their folded rows, [`super::pending`]); the
+/// other charged ratings' rows are not written: their sets are their new spend. The state
+/// is the one the release was planned from (`planned`, when the ledger clock shows that
+/// nothing else was committed since the snapshot), else the stored rows with the users'
+/// pending sets folded in. Binds grow with users, not with ratings.
+#[allow(clippy::too_many_arguments)]
 async fn charge_ratings(
     store: &Store,
     tx: &mut Tx,
     release_id: i64,
     rec: &ReleaseRecord,
     part: &[&RatingChargeRow],
+    planned: Option<&[Before]>,
+    settled: &mut HashSet<String>,
     steps: &mut RatingSteps,
 ) -> Result<(), CommitError> {
     if part.is_empty() {
@@ -757,35 +857,61 @@ async fn charge_ratings(
     }
     let mut users: Vec<&str> = part.iter().map(|c| &*c.user).collect();
     users.dedup();
+    // Due: by the hash, or settled by this commit in an earlier transaction (a user's
+    // ratings may span two), whose further charges are written into the rows too.
+    let due = |u: &&str| settled.contains(*u) || pending::due(u, release_id);
     let t = Instant::now();
-    let ledger = read_pending(tx, &users, release_id).await?;
-    steps.lock_read += t.elapsed();
-    let stored = read_ratings(store, tx, part, steps).await?;
-    let increments = recheck_ratings(part, &stored, &ledger.pending)?;
+    let (ledger, stored, increments) = match planned {
+        Some(planned) => {
+            // Only the due users' pending sets are needed (to write their rows).
+            let due_users: Vec<&str> = users.iter().copied().filter(due).collect();
+            let ledger = read_pending(tx, &due_users, release_id).await?;
+            steps.lock_read += t.elapsed();
+            let increments = recheck_ratings(part, |k, _| {
+                let b = planned[k];
+                Ok((b.eps, b.spent, b.rho))
+            })?;
+            (ledger, None, increments)
+        }
+        None => {
+            let ledger = read_pending(tx, &users, release_id).await?;
+            steps.lock_read += t.elapsed();
+            let stored = read_ratings(store, tx, part, steps).await?;
+            let increments =
+                recheck_ratings(part, |_, c| stored_state(&stored, &ledger.pending, c))?;
+            (ledger, Some(stored), increments)
+        }
+    };
     let t = Instant::now();
     insert_charge_sets(tx, release_id, rec, part, &increments).await?;
     steps.sets += t.elapsed();
     let t = Instant::now();
-    settle_due(store, tx, release_id, &users, &ledger, part).await?;
+    let due_users: Vec<&str> = users
+        .iter()
+        .copied()
+        .filter(|u| due(u) || ledger.settled_here.contains(*u))
+        .collect();
+    settle_due(
+        store,
+        tx,
+        release_id,
+        &due_users,
+        &ledger.pending,
+        part,
+        stored.as_ref(),
+    )
+    .await?;
+    settled.extend(due_users.iter().map(|u| u.to_string()));
     steps.update += t.elapsed();
     Ok(())
 }
 
 /// What a ledger transaction knows of its users' lazy spends: their pending charge sets,
-/// and which of them this release has settled already (in an earlier transaction: a
-/// user's ratings may span two), whose further charges are written into the rows too.
+/// and which of them this release has settled already (in an earlier transaction).
 #[derive(Default)]
 struct ChunkLedger {
     pending: Pending,
     settled_here: HashSet<String>,
-}
-
-impl ChunkLedger {
-    /// Whether release `release_id` writes `user`'s rows in this transaction.
-    fn settles(&self, user: &str, release_id: i64) -> bool {
-        self.settled_here.contains(user)
-            || pending::due(user, release_id, self.pending.releases_of(user))
-    }
 }
 
 /// The pending charge sets of `users`, after checking that no release later than this
@@ -800,7 +926,7 @@ async fn read_pending(
     release_id: i64,
 ) -> Result<ChunkLedger, CommitError> {
     let mut out = ChunkLedger::default();
-    for part in users.chunks(USER_STMT) {
+    for part in users.chunks(PENDING_USERS) {
         let list = in_list(part.len());
         let sql = format!(
             "SELECT user_id, release_id FROM rating_settlements WHERE user_id IN ({list}) \
@@ -847,19 +973,14 @@ async fn settle_due(
     store: &Store,
     tx: &mut Tx,
     release_id: i64,
-    users: &[&str],
-    ledger: &ChunkLedger,
+    due: &[&str],
+    pending: &Pending,
     part: &[&RatingChargeRow],
+    stored: Option<&Stored>,
 ) -> Result<(), CommitError> {
-    let due: Vec<&str> = users
-        .iter()
-        .copied()
-        .filter(|u| ledger.settles(u, release_id))
-        .collect();
     if due.is_empty() {
         return Ok(());
     }
-    let pending = &ledger.pending;
     let due_set: HashSet<&str> = due.iter().copied().collect();
     let charged: HashMap<i64, &RatingChargeRow> = part
         .iter()
@@ -867,35 +988,68 @@ async fn settle_due(
         .map(|c| (c.rating_id, *c))
         .collect();
     let mut by_state: BTreeMap<[u64; 3], Vec<i64>> = BTreeMap::new();
-    for group in due.chunks(USER_STMT) {
-        let sql = format!(
-            "SELECT id, user_id, spent, rho, releases FROM ratings WHERE user_id IN ({}) \
-             ORDER BY user_id, item_id{}",
-            in_list(group.len()),
-            store.for_update()
-        );
-        let mut q = sqlx::query(&sql);
-        for u in group {
-            q = q.bind(*u);
+    let mut fold = |id: i64, user: &str, row: Spend| {
+        let mut s = row.with(id, pending.of(user));
+        if let Some(c) = charged.get(&id) {
+            s = s.plus(c.total(), c.rho);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            let id: i64 = r.try_get(0)?;
-            let user: String = r.try_get(1)?;
-            let row = Spend {
-                spent: r.try_get(2)?,
-                rho: r.try_get(3)?,
-                releases: r.try_get(4)?,
-            };
-            let mut s = row.with(id, pending.of(&user));
-            if let Some(c) = charged.get(&id) {
-                s = s.plus(c.total(), c.rho);
+        if s != row {
+            let key = [s.spent.to_bits(), s.rho.to_bits(), s.releases as u64];
+            by_state.entry(key).or_default().push(id);
+        }
+    };
+    for group in due.chunks(USER_STMT) {
+        let list = in_list(group.len());
+        // PostgreSQL: the rows written are locked in the order ingestion locks them.
+        if store.backend() == super::Backend::Postgres {
+            let sql = format!(
+                "SELECT COUNT(*) FROM (SELECT id FROM ratings WHERE user_id IN ({list}) \
+                 ORDER BY user_id, item_id FOR UPDATE) AS locked"
+            );
+            users_query(&sql, group).fetch_one(&mut **tx).await?;
+        }
+        // Rows the re-check read whole are folded from there; the others are read here,
+        // grouped by state as the re-check reads them.
+        if let Some(stored) = stored.filter(|s| group.iter().all(|u| s.whole.contains_key(*u))) {
+            for u in group {
+                for &id in &stored.whole[*u] {
+                    fold(id, u, stored.rows[&id].1);
+                }
             }
-            if s != row {
-                let key = [s.spent.to_bits(), s.rho.to_bits(), s.releases as u64];
-                by_state.entry(key).or_default().push(id);
+            continue;
+        }
+        let sql = format!(
+            "SELECT user_id, spent, rho, releases, {} FROM ratings WHERE user_id IN ({list}) \
+             GROUP BY user_id, spent, rho, releases",
+            store.id_list_aggregate()
+        );
+        for r in users_query(&sql, group).fetch_all(&mut **tx).await? {
+            let user: String = r.try_get(0)?;
+            let row = Spend {
+                spent: r.try_get(1)?,
+                rho: r.try_get(2)?,
+                releases: r.try_get(3)?,
+            };
+            let ids: String = r.try_get(4)?;
+            for id in ids.split(',') {
+                let id: i64 = id
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("rating id list {ids:?}")))?;
+                fold(id, &user, row);
             }
         }
     }
+    write_settled(tx, release_id, due, by_state).await
+}
+
+/// Writes the folded states (`by_state`: each distinct state's rating ids) and moves the
+/// settlement of `due` to release `release_id`.
+async fn write_settled(
+    tx: &mut Tx,
+    release_id: i64,
+    due: &[&str],
+    by_state: BTreeMap<[u64; 3], Vec<i64>>,
+) -> Result<(), CommitError> {
     for ([spent, rho, releases], ids) in by_state {
         for ids in ids.chunks(UPDATE_IDS) {
             let sql = format!(
@@ -926,23 +1080,46 @@ async fn settle_due(
     Ok(())
 }
 
-/// The stored `(eps, spent, rho)` of the charged ratings of `part` (their rows: the
-/// pending sets are folded in by [`recheck_ratings`]).
+/// `sql` with `users` bound in order (not kept as a prepared statement: its list length
+/// varies).
+fn users_query<'q>(
+    sql: &'q str,
+    users: &[&'q str],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let mut q = sqlx::query(sql).persistent(false);
+    for u in users {
+        q = q.bind(*u);
+    }
+    q
+}
+
+/// The rating rows a ledger transaction read: each one's eps_ij and stored ledger state,
+/// and, for the users whose every rating was read (selected by user), their rating ids.
+#[derive(Default)]
+struct Stored {
+    rows: HashMap<i64, (f64, Spend)>,
+    whole: HashMap<String, Vec<i64>>,
+}
+
+/// The stored rows of the charged ratings of `part` (the pending sets are folded in by
+/// [`recheck_ratings`]), and of all the ratings of the users read whole.
 async fn read_ratings(
     store: &Store,
     tx: &mut Tx,
     part: &[&RatingChargeRow],
     steps: &mut RatingSteps,
-) -> Result<HashMap<i64, (f64, f64, f64)>, CommitError> {
+) -> Result<Stored, CommitError> {
     // Statements take the charged ratings of consecutive users (`part` is sorted by
     // user, and a user is never split between two statements). Where the group charges
     // many ratings a user (a release charges them all) the statements select the users'
     // ratings through the (user, item) index, charged or not; where few (a continual tick
     // charges its arrival cap's few), only the charged ones by id (docs/BENCHMARKS.md).
-    // Nothing is locked: these rows are not written (spends are lazy, `store::pending`;
-    // `settle_due` locks the rows it writes), and no other commit can run meanwhile
-    // ([`Store::begin_exclusive`]).
-    let mut stored: HashMap<i64, (f64, f64, f64)> = HashMap::with_capacity(part.len());
+    // Nothing is locked: only a settled user's rows are written, and `settle_due` locks
+    // them; no other commit can run meanwhile ([`Store::begin_exclusive`]).
+    let mut stored = Stored {
+        rows: HashMap::with_capacity(part.len()),
+        whole: HashMap::new(),
+    };
     for group in user_groups(part, LOCK_IDS) {
         let mut users: Vec<&str> = group.iter().map(|c| &*c.user).collect();
         users.dedup();
@@ -955,12 +1132,12 @@ async fn read_ratings(
             (format!("id IN ({})", literal_ids(&ids)), &[][..])
         };
         // Read the state grouped: ratings that took part in the same releases share
-        // (eps, spent, rho), so a few rows carry their ids as text instead of a row per
+        // their state, so a few rows a user carry their ids as text instead of a row per
         // rating (sqlx's SQLite driver hands every row across threads: that transport, not
         // SQLite, was most of the commit's time). The values come back as doubles, exact.
-        let source = format!("ratings WHERE {filter}");
         let sql = format!(
-            "SELECT eps, spent, rho, {} FROM {source} GROUP BY eps, spent, rho",
+            "SELECT user_id, eps, spent, rho, releases, {} FROM ratings WHERE {filter} \
+             GROUP BY user_id, eps, spent, rho, releases",
             store.id_list_aggregate()
         );
         let t = Instant::now();
@@ -969,13 +1146,24 @@ async fn read_ratings(
             q = q.bind(*u);
         }
         for r in q.fetch_all(&mut **tx).await? {
-            let state: (f64, f64, f64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-            let ids: String = r.try_get(3)?;
+            let user: String = r.try_get(0)?;
+            let eps: f64 = r.try_get(1)?;
+            let row = Spend {
+                spent: r.try_get(2)?,
+                rho: r.try_get(3)?,
+                releases: r.try_get(4)?,
+            };
+            let ids: String = r.try_get(5)?;
+            let whole = by_users.then(|| stored.whole.entry(user).or_default());
+            let mut whole = whole;
             for id in ids.split(',') {
                 let id: i64 = id
                     .parse()
                     .map_err(|_| StoreError::Corrupt(format!("rating id list {ids:?}")))?;
-                stored.insert(id, state);
+                stored.rows.insert(id, (eps, row));
+                if let Some(w) = whole.as_mut() {
+                    w.push(id);
+                }
             }
         }
         steps.lock_read += t.elapsed();

@@ -72,6 +72,10 @@ pub struct Snapshot {
     pub users: BTreeMap<String, UserBudget>,
     /// The item catalogue (public metadata), sorted.
     pub items: Vec<String>,
+    /// The ledger clock read with the ratings (`Store::snapshot`; none for a snapshot
+    /// built in memory): a commit that finds it moved only by itself re-checks charges
+    /// against the planned states (`store::releases`).
+    pub ledger_clock: Option<i64>,
 }
 
 /// A rating as a test or an importer states it (owned names), for [`Snapshot::build`].
@@ -227,6 +231,7 @@ impl Builder {
             states: self.states,
             users,
             items,
+            ledger_clock: None,
         }
     }
 }
@@ -304,8 +309,11 @@ impl Store {
             live += usize::try_from(r.try_get::<i64, _>(5)?).unwrap_or(0);
         }
         // Charges not yet written into the rows (`store::pending`), folded in per user.
-        let sql = format!("{PENDING_SELECT} ORDER BY s.user_id, s.release_id");
-        let pending = Pending::from_rows(&sqlx::query(&sql).fetch_all(&mut *tx).await?)?;
+        let pending = read_pending(&mut tx).await?;
+        let clock: i64 = sqlx::query("SELECT n FROM ledger_clock WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
         // The live ratings, deleted users' included: the rows' room is taken once (a
         // doubling vector would hold up to twice, and copy itself at every growth).
         b.ratings.reserve_exact(live);
@@ -343,8 +351,22 @@ impl Store {
             .map(|r| r.try_get(0))
             .collect::<Result<Vec<String>, _>>()?;
         tx.commit().await?;
-        Ok(b.finish(users, items))
+        let mut snap = b.finish(users, items);
+        snap.ledger_clock = Some(clock);
+        Ok(snap)
     }
+}
+
+/// Every user's pending charge sets, streamed (a user may have several: a release settles
+/// one user in 8).
+async fn read_pending(tx: &mut super::Tx) -> Result<Pending, StoreError> {
+    let sql = format!("{PENDING_SELECT} ORDER BY s.user_id, s.release_id");
+    let mut pending = Pending::default();
+    let mut rows = sqlx::query(&sql).fetch(&mut **tx);
+    while let Some(r) = rows.try_next().await? {
+        pending.push_row(&r)?;
+    }
+    Ok(pending)
 }
 
 /// Every live user's budget (with or without ratings).

@@ -404,6 +404,7 @@ fn manual_record(
         users_json: "[]".into(),
         items_json: "[]".into(),
         popularity_json: "{}".into(),
+        snapshot_clock: None,
     }
 }
 
@@ -482,6 +483,71 @@ async fn commit_rechecks_stored_state(url: &str) {
     app.stop().await;
 }
 both_backends!(commit_rechecks_stored_state);
+
+/// A release planned from a snapshot carries each charge's planned state and the
+/// snapshot's ledger clock: while nothing else has been committed since, the commit
+/// re-checks the charges against those states without reading the rows, and it still
+/// refuses a charge beyond eps_ij; once anything was committed since, it reads the rows.
+async fn a_commit_rechecks_planned_states_while_the_ledger_is_untouched(url: &str) {
+    let (t, _) = FakeDp::gaussian(30.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    app.ingest(&[("u1", "i1", 4.0, Some(1.0)), ("u2", "i2", 3.0, Some(1.0))])
+        .await;
+    let planned = |snap: &dprec::store::Snapshot, eps: f64| {
+        let mut rec = manual_record(snap, eps, Default::default());
+        let charge = dprec::store::Charge {
+            eps_train: eps,
+            eps_popularity: 0.0,
+            rho: 0.0,
+        };
+        let befores: Vec<dprec::store::Before> = snap
+            .iter()
+            .map(|r| dprec::store::Before {
+                eps: r.eps,
+                spent: r.spent,
+                rho: r.rho,
+            })
+            .collect();
+        let charges = vec![charge; befores.len()];
+        let users: Vec<&str> = snap.user_names.iter().map(|u| &**u).collect();
+        rec.rating_charges = RatingCharges::by_user_from(&users, &charges, &befores, || {
+            snap.ratings
+                .iter()
+                .enumerate()
+                .map(|(k, r)| (r.user, r.id, k as u32))
+        });
+        rec.snapshot_clock = snap.ledger_clock;
+        rec
+    };
+    let snap = app.store.snapshot().await.unwrap();
+    assert!(snap.ledger_clock.is_some());
+    // Beyond eps_ij against the planned state: refused without reading the rows.
+    let err = commit(&app.store, &planned(&snap, 1.5), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::RatingOverspend { .. }), "{err}");
+    let done = commit(&app.store, &planned(&snap, 0.6), None)
+        .await
+        .unwrap();
+    assert!(!done.rows_reread, "{done:?}");
+    assert_ledger_invariants(&app.store).await;
+    // The same snapshot again: the clock has moved, the rows are read, the spend of 0.6
+    // is found and 0.6 more refused.
+    let err = commit(&app.store, &planned(&snap, 0.6), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::RatingOverspend { .. }), "{err}");
+    // A fresh snapshot plans from the spend: 0.3 more fits, without reading the rows.
+    let snap = app.store.snapshot().await.unwrap();
+    assert!(snap.iter().all(|r| r.spent == 0.6));
+    let done = commit(&app.store, &planned(&snap, 0.3), None)
+        .await
+        .unwrap();
+    assert!(!done.rows_reread, "{done:?}");
+    assert_ledger_invariants(&app.store).await;
+    app.stop().await;
+}
+both_backends!(a_commit_rechecks_planned_states_while_the_ledger_is_untouched);
 
 /// Rating spends are written lazily (`store::pending`): a release settles the users it is
 /// due to (one release in 8 by a hash of the user) and writes no other rating row. After
