@@ -392,7 +392,8 @@ impl Store {
         }
     }
 
-    /// Before a ledger commit on PostgreSQL: `ANALYZE ratings`, so the planner knows that
+    /// Before a ledger commit on PostgreSQL: `ANALYZE` the ratings and the ledger's charge
+    /// sets and settlements (which grow by a row a user each release), so the planner knows that
     /// a few users' ratings are a few rows. Without statistics (a table not analysed
     /// since a bulk import; autovacuum runs when it runs) it estimated 400,000 rows for 4
     /// users and read the commit's `user_id IN (...)` statements with a parallel sequential
@@ -401,7 +402,11 @@ impl Store {
     /// statistics.
     pub async fn refresh_planner_statistics(&self) -> Result<(), StoreError> {
         if self.backend == Backend::Postgres {
-            sqlx::query("ANALYZE ratings").execute(&self.pool).await?;
+            for table in ["ratings", "rating_charge_sets", "rating_settlements"] {
+                sqlx::query(&format!("ANALYZE {table}"))
+                    .execute(&self.pool)
+                    .await?;
+            }
         }
         Ok(())
     }

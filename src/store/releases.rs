@@ -653,11 +653,15 @@ async fn commit_chunk(
     if store.backend() == super::Backend::Postgres {
         // Every read here selects a few users' rows through an index. The charge sets
         // grow by a row a user during the commit, past what the planner's statistics
-        // said (none on a first release): planned as sequential scans, the reads of
-        // pending sets took most of a 20M release's commit (docs/BENCHMARKS.md).
-        sqlx::query("SET LOCAL enable_seqscan = off")
-            .execute(&mut *tx)
-            .await?;
+        // said (none on a first release): planned as sequential scans, or as parallel
+        // bitmap scans whose worker start-up took 5 ms a statement, the reads of pending
+        // sets took most of a 20M release's commit (docs/BENCHMARKS.md).
+        for set in [
+            "SET LOCAL enable_seqscan = off",
+            "SET LOCAL max_parallel_workers_per_gather = 0",
+        ] {
+            sqlx::query(set).execute(&mut *tx).await?;
+        }
     }
     let id = match release_id {
         Some(id) => id,
