@@ -675,13 +675,8 @@ fn rating_rows(
             eps_popularity: pop_k,
             rho: rho_k,
         };
-        let before = Before {
-            eps: a.eps,
-            spent: a.spent,
-            rho: a.rho,
-        };
         code.push(if charge.is_charge() {
-            distinct.code(charge, before)
+            distinct.code(charge, a)
         } else {
             NONE
         });
@@ -716,7 +711,13 @@ struct DistinctCharges {
 }
 
 impl DistinctCharges {
-    fn code(&mut self, charge: Charge, before: Before) -> u32 {
+    /// The code of `charge` made from the planned state of `terms`.
+    fn code(&mut self, charge: Charge, terms: &ledger::Terms) -> u32 {
+        let before = Before {
+            eps: terms.eps,
+            spent: terms.spent,
+            rho: terms.rho,
+        };
         let [t, p, r] = charge.bits();
         let [e, s, h] = [before.eps, before.spent, before.rho].map(f64::to_bits);
         let key = [t, p, r, e, s, h];
