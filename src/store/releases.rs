@@ -142,10 +142,12 @@ impl Store {
 // lock ([`Store::begin_exclusive`], on SQLite the database write lock) only for its own
 // rows: the first also inserts the release row; each re-checks its users (lock the row,
 // `FOR UPDATE` on PostgreSQL; the Renyi filter admits the charge with the stored consumed
-// curve; store the composed curve and the charge) and its ratings (lock, `spent + charge
-// <= eps_ij` with the stored values, new spend, charge); the last also stores the model,
-// which is what publishes the release (the served model and `GET /v1/models` are read
-// from `models`). A small release is one transaction, as before.
+// curve; store the composed curve and the charge) and its ratings (`spent + charge <=
+// eps_ij` against the planned states while the ledger clock shows nothing else committed
+// since the snapshot, else against the stored rows with the pending charge sets folded
+// in; the charge sets; the rows of the users due to settle, `store::pending`); the last
+// also stores the model, which is what publishes the release (the served model and
+// `GET /v1/models` are read from `models`). A small release is one transaction.
 //
 // Crash argument (docs/RELIABILITY.md, "Release commits"): a model row exists only after
 // every chunk committed, so a served model always has all its charges; a crash or failed
