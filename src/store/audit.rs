@@ -111,11 +111,7 @@ impl Store {
         for r in rows {
             let id: i64 = r.try_get(0)?;
             let user: String = r.try_get(1)?;
-            let row = Spend {
-                spent: r.try_get(3)?,
-                rho: r.try_get(4)?,
-                releases: r.try_get(5)?,
-            };
+            let row = Spend::from_row(&r, 3)?;
             out.push((id, r.try_get(2)?, row.with(id, pending.of(&user))));
         }
         Ok(out)

@@ -53,6 +53,15 @@ pub struct Spend {
 }
 
 impl Spend {
+    /// The `spent, rho, releases` columns of a row, from column `first` on.
+    pub fn from_row(r: &sqlx::any::AnyRow, first: usize) -> Result<Spend, StoreError> {
+        Ok(Spend {
+            spent: r.try_get(first)?,
+            rho: r.try_get(first + 1)?,
+            releases: r.try_get(first + 2)?,
+        })
+    }
+
     /// This state with `sets` (in release order) folded in where they list `id`.
     pub fn with(self, id: i64, sets: &[PendingSet]) -> Spend {
         let mut s = self;
@@ -133,6 +142,14 @@ impl Pending {
             },
         )
     }
+}
+
+/// The rating ids of a grouped read's id list (`"4,9,12"`, the store's id aggregate).
+pub fn id_list(ids: &str) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
+    ids.split(',').map(move |id| {
+        id.parse()
+            .map_err(|_| StoreError::Corrupt(format!("rating id list {ids:?}")))
+    })
 }
 
 /// The columns [`Pending::from_rows`] reads, of the pending charge sets `s` (those after

@@ -409,8 +409,9 @@ async fn commit(
     // Rows are locked in (user, item) order, the order ingestion locks them in (its
     // batches are sorted), so a ledger transaction and an ingestion batch never wait for
     // each other in a cycle on PostgreSQL (deadlock_detected): users are taken in id
-    // order (the charges are grouped in user order), and each statement locks its users'
-    // rows by (user, item) in SQL (`lock_and_read_ratings`), so the charges need no item.
+    // order (the charges are grouped in user order), and the rating rows written (a
+    // settled user's, `settle_due`) are locked by (user, item) in SQL, so the charges
+    // need no item.
     let ratings = &rec.rating_charges;
     if !ratings.users_in_order() {
         return Err(CommitError::Store(StoreError::Corrupt(
@@ -1031,17 +1032,10 @@ async fn settle_due(
         );
         for r in users_query(&sql, group).fetch_all(&mut **tx).await? {
             let user: String = r.try_get(0)?;
-            let row = Spend {
-                spent: r.try_get(1)?,
-                rho: r.try_get(2)?,
-                releases: r.try_get(3)?,
-            };
+            let row = Spend::from_row(&r, 1)?;
             let ids: String = r.try_get(4)?;
-            for id in ids.split(',') {
-                let id: i64 = id
-                    .parse()
-                    .map_err(|_| StoreError::Corrupt(format!("rating id list {ids:?}")))?;
-                fold(id, &user, row);
+            for id in pending::id_list(&ids) {
+                fold(id?, &user, row);
             }
         }
     }
@@ -1154,18 +1148,11 @@ async fn read_ratings(
         for r in q.fetch_all(&mut **tx).await? {
             let user: String = r.try_get(0)?;
             let eps: f64 = r.try_get(1)?;
-            let row = Spend {
-                spent: r.try_get(2)?,
-                rho: r.try_get(3)?,
-                releases: r.try_get(4)?,
-            };
+            let row = Spend::from_row(&r, 2)?;
             let ids: String = r.try_get(5)?;
-            let whole = by_users.then(|| stored.whole.entry(user).or_default());
-            let mut whole = whole;
-            for id in ids.split(',') {
-                let id: i64 = id
-                    .parse()
-                    .map_err(|_| StoreError::Corrupt(format!("rating id list {ids:?}")))?;
+            let mut whole = by_users.then(|| stored.whole.entry(user).or_default());
+            for id in pending::id_list(&ids) {
+                let id = id?;
                 stored.rows.insert(id, (eps, row));
                 if let Some(w) = whole.as_mut() {
                     w.push(id);
