@@ -940,6 +940,58 @@ mod tests {
         assert!(e.to_string().contains("rating-level"), "{e}");
     }
 
+    /// Each rating charge carries its own rating's planned state (the commit re-checks it
+    /// against that state when nothing else was committed since the snapshot): ratings
+    /// charged alike from different states stay apart, each with its own eps_ij, spend
+    /// and Gaussian part.
+    #[test]
+    fn each_charge_carries_its_own_ratings_planned_state() {
+        let orders = default_orders();
+        let budget = UserBudget {
+            eps: 10.0,
+            delta: 1e-6,
+            consumed: RdpCurve::new(orders.clone(), vec![0.0; orders.len()]).unwrap(),
+        };
+        let states = [(2.0, 0.0), (2.0, 0.5), (3.0, 0.0), (2.0, 0.0), (3.0, 0.25)];
+        let ratings = states
+            .iter()
+            .enumerate()
+            .map(|(k, &(eps, spent))| RatingInput {
+                id: 10 + k as i64,
+                user: "a".into(),
+                item: format!("i{k}"),
+                value: 4.0,
+                eps,
+                spent,
+                rho: if k == 4 { 0.001 } else { 0.0 },
+                ldp: false,
+            });
+        let items = (0..states.len()).map(|k| format!("i{k}")).collect();
+        let snap = Snapshot::build(ratings, [("a".into(), budget)].into(), items);
+        let t: Arc<dyn Trainer> = Arc::from(build("pdp-pmf", &Params::new()).unwrap());
+        let a = admit(&config(true), &t, &snap).unwrap();
+        let set = training_set(snap.clone(), &a.plan).unwrap();
+        let trainer = ReleaseCharges {
+            ratings: (0..set.len() as u32)
+                .map(|position| RatingCharge { position, eps: 0.1 })
+                .collect(),
+            ..ReleaseCharges::default()
+        };
+        let none = ReleaseCharges::default();
+        let c = collect_charges(&a.plan, &set, trainer, &none, None).unwrap();
+        assert_eq!(c.ratings.len(), states.len());
+        for (row, before) in c.ratings.rows_from(0..c.ratings.len()) {
+            let r = snap.iter().find(|r| r.id == row.rating_id).unwrap();
+            let before = before.expect("a planned state");
+            assert_eq!(
+                (before.eps, before.spent, before.rho),
+                (r.eps, r.spent, r.rho),
+                "rating {}",
+                row.rating_id
+            );
+        }
+    }
+
     /// Cutting the snapshot from the back while the set is filled builds the same set
     /// whatever the cut's size, also where ratings between admitted ones are left out.
     #[test]
