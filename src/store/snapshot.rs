@@ -450,7 +450,7 @@ fn push_user(
 ) -> Result<(), StoreError> {
     // Most of a user's ratings have the same stored state and are listed by the same
     // sets: the folded state is made once per (stored state, sets listing the rating).
-    let mut folded: HashMap<(u32, u64), u32> = HashMap::new();
+    let mut folded: Vec<((u32, u64), u32)> = Vec::new();
     let bad = |what: &str| StoreError::Corrupt(format!("snapshot: user {user:?}: bad {what} list"));
     let mut items = items.split(ITEM_SEP);
     let mut values = values.split(',');
@@ -481,7 +481,7 @@ fn push_user(
 /// The index of rating `id`'s state `state` with the `sets` that list it folded in.
 fn fold_state(
     b: &mut Builder,
-    folded: &mut HashMap<(u32, u64), u32>,
+    folded: &mut Vec<((u32, u64), u32)>,
     state: u32,
     id: i64,
     sets: &[PendingSet],
@@ -500,8 +500,8 @@ fn fold_state(
             ..stored
         })
     };
-    // A user with more than 64 pending sets (not reached: a user is settled at the
-    // latest after 15 releases) is folded rating by rating.
+    // A user with more than 64 pending sets (a user charged by its due releases has at
+    // most 8 releases' sets) is folded rating by rating.
     if sets.len() > 64 {
         return fold(b);
     }
@@ -513,11 +513,12 @@ fn fold_state(
     if mask == 0 {
         return state;
     }
-    if let Some(&k) = folded.get(&(state, mask)) {
+    // A user's ratings make a few (state, mask) pairs: a short list, searched.
+    if let Some(&(_, k)) = folded.iter().find(|(key, _)| *key == (state, mask)) {
         return k;
     }
     let k = fold(b);
-    folded.insert((state, mask), k);
+    folded.push(((state, mask), k));
     k
 }
 
