@@ -412,8 +412,12 @@ fn grouped_ratings_sql(backend: Backend, how: StateNumbers) -> String {
             "group_concat(r.value, ',')".to_string(),
             format!("group_concat({number}, ',')"),
         ),
+        // No `ORDER BY` inside the aggregates: the four lists of a group are built in one
+        // pass over its rows, so they are in one order whatever it is, and the builder
+        // sorts the ratings by id. Ordering each list sorted every group four times after
+        // sorting the table by user (20M ratings: 40 s against 20 s by a hash, cold).
         Backend::Postgres => {
-            let agg = |col: &str, sep: &str| format!("string_agg({col}, {sep} ORDER BY r.id)");
+            let agg = |col: &str, sep: &str| format!("string_agg({col}, {sep})");
             (
                 agg("CAST(r.id AS TEXT)", "','"),
                 agg("r.item_id", "chr(31)"),
