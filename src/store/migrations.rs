@@ -104,6 +104,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "lazy_rating_spends",
         include_str!("../../migrations/postgres/0016_lazy_rating_spends.sql"),
     ),
+    (
+        17,
+        "users_curves_inline",
+        include_str!("../../migrations/postgres/0017_users_curves_inline.sql"),
+    ),
 ];
 
 pub async fn run(pool: &AnyPool, backend: Backend) -> Result<(), sqlx::Error> {
