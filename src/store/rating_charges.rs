@@ -262,6 +262,22 @@ impl RatingCharges {
         })
     }
 
+    /// The users of the charges of positions `range`, in order, each once.
+    pub fn users_of(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = &str> + '_ {
+        let first = self.groups.partition_point(|g| g.end <= range.start);
+        let last = self.groups.partition_point(|g| g.end < range.end);
+        let groups = if range.is_empty() {
+            &self.groups[0..0]
+        } else {
+            &self.groups[first..=last]
+        };
+        let mut previous: Option<&str> = None;
+        groups.iter().filter_map(move |g| {
+            let user = &*g.user;
+            (previous.replace(user) != Some(user)).then_some(user)
+        })
+    }
+
     /// Every charge as a row, in order.
     pub fn all_rows(&self) -> impl Iterator<Item = RatingChargeRow> + '_ {
         self.rows(0..self.len())
@@ -318,6 +334,9 @@ mod tests {
                 let part: Vec<RatingChargeRow> = c.rows(a..b).collect();
                 let whole: Vec<RatingChargeRow> = c.all_rows().skip(a).take(b - a).collect();
                 assert_eq!(part, whole, "{a}..{b}");
+                let mut users: Vec<String> = part.iter().map(|r| r.user.to_string()).collect();
+                users.dedup();
+                assert_eq!(c.users_of(a..b).collect::<Vec<_>>(), users, "{a}..{b}");
             }
         }
         let total: f64 = rows.iter().map(RatingChargeRow::total).sum();
