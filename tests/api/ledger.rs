@@ -255,6 +255,55 @@ async fn user_filter_is_never_exceeded(url: &str) {
 }
 both_backends!(user_filter_is_never_exceeded);
 
+/// A charged user's consumed curve (156 orders of JSON, about 3 kB) is stored whole in
+/// its row. On PostgreSQL the `users` table keeps rows up to 8,160 bytes in its own pages
+/// (migration 0017): by default a row over 2 kB is toasted (its curve compressed, or moved
+/// to the TOAST table), at every release's rewrite of the curve (docs/BENCHMARKS.md).
+/// Checked by removing the migration: "users' curves were compressed".
+async fn users_curves_stay_in_their_rows(url: &str) {
+    let (t, _) = FakeDp::gaussian(10.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    ingest_grid(&app, 3, 5, 1.0).await;
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let pool = app.store.pool();
+    let longest: i64 = scalar(pool, "SELECT MAX(LENGTH(rdp_consumed)) FROM users").await;
+    assert!(longest > 2_100, "a curve of {longest} bytes tests nothing");
+    if app.store.backend() == dprec::store::Backend::Postgres {
+        let toast: String = scalar(
+            pool,
+            "SELECT CAST(CAST(reltoastrelid AS regclass) AS TEXT) FROM pg_class \
+             WHERE relname = 'users'",
+        )
+        .await;
+        let chunks: i64 = scalar(pool, &format!("SELECT COUNT(*) FROM {toast}")).await;
+        assert_eq!(chunks, 0, "users' curves were moved to the TOAST table");
+        // Compressed in the row (pglz) would also mean a rewrite compresses it.
+        let compressed: i64 = scalar(
+            pool,
+            "SELECT COUNT(*) FROM users \
+             WHERE pg_column_size(rdp_consumed) < octet_length(rdp_consumed)",
+        )
+        .await;
+        assert_eq!(compressed, 0, "users' curves were compressed");
+    }
+    app.stop().await;
+}
+
+/// The first column of the one row `sql` returns.
+async fn scalar<T>(pool: &sqlx::AnyPool, sql: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    sqlx::query(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap()
+}
+both_backends!(users_curves_stay_in_their_rows);
+
 /// A panicking or failing trainer, a failure between training and commit, a failure
 /// inside the commit transaction, and a trainer that overcharges: each leaves nothing
 /// (no release, no charges, no model, no spend) and the old model keeps being served.
