@@ -393,8 +393,8 @@ impl Store {
     }
 
     /// Before a ledger commit on PostgreSQL: `ANALYZE` the ratings and the ledger's charge
-    /// sets and settlements (which grow by a row a user each release), so the planner knows that
-    /// a few users' ratings are a few rows. Without statistics (a table not analysed
+    /// sets and settlements (which grow by a row a user each release), so the planner knows
+    /// that a few users' ratings are a few rows. Without statistics (a table not analysed
     /// since a bulk import; autovacuum runs when it runs) it estimated 400,000 rows for 4
     /// users and read the commit's `user_id IN (...)` statements with a parallel sequential
     /// scan of the whole table, 3.7 s a statement at ML-20M size. It samples a fixed number

@@ -257,7 +257,7 @@ pub struct CommitPoint {
 pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
 /// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
-/// charge [`USER_WEIGHT`]); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. When
+/// charge `USER_WEIGHT`, 32); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. When
 /// every charged rating's row was rewritten, 8,000 rows measured worse than 2,000 under
 /// mixed load at 1M ratings (top-N p99 10.7 s, ingestion p99 903 ms, against 768 ms and
 /// 229 ms, single runs). Since spends are lazy (`store::pending`) a transaction rewrites
@@ -1044,7 +1044,6 @@ async fn settle_due(
             by_state.entry(key).or_default().push(id);
         }
     };
-    // PostgreSQL: the due users' rows are locked already ([`lock_users`]).
     for group in due.chunks(USER_STMT) {
         let list = in_list(group.len());
         // Rows the re-check read whole are folded from there; the others are read here,
