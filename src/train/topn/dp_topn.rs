@@ -45,8 +45,9 @@ use crate::train::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, RatingRhos, ReleaseCharges,
     UserCharge,
 };
-use crate::train::topn::history::{drift_for, CountHistory};
+use crate::train::topn::history::{drift_for, CountHistory, GramState};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
+use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram};
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
 };
@@ -262,6 +263,19 @@ pub fn adaptive_rating_multiplier(z_c: f64, z_t: f64, z_rest: f64, c: &Contribut
     let rest_r = (z_rest * g2 / gram_rating_sensitivity(c))
         .min(z_rest * c.count_clip / count_rating_sensitivity(c));
     compose_multipliers(&[zc_r, zt_r, rest_r])
+}
+
+/// Rating-level multiplier of a selecting release ([`Split::Select`]): the counts at
+/// `z_c`, the leave-one-out difference at `z_s` (one rating moves it by at most 2,
+/// docs/privacy/dp-topn.md 2b) and, at `z_rest`, the Gram or the second count release
+/// taken at the larger of the two rating-level losses (the rule picks one per release).
+pub fn select_rating_multiplier(z_c: f64, z_s: f64, z_rest: f64, c: &Contribution) -> f64 {
+    let g2 = c.gram_clip * c.gram_clip;
+    let zc_r = z_c * c.count_clip / count_rating_sensitivity(c);
+    let zs_r = z_s / 2.0;
+    let rest_r = (z_rest * g2 / gram_rating_sensitivity(c))
+        .min(z_rest * c.count_clip / count_rating_sensitivity(c));
+    compose_multipliers(&[zc_r, zs_r, rest_r])
 }
 
 /// eps at `delta_r` of one rating's participation at RSM rate `q` in a release whose
@@ -756,6 +770,18 @@ pub enum Split {
     /// Both branches cost the same user-level RDP, so the charge does not depend on the
     /// choice (adaptive composition); the rating level is charged the larger branch.
     Adaptive { tau: f64, trace_share: f64 },
+    /// Opt-in (docs/privacy/dp-topn.md 2b): `share` of the budget releases a noised
+    /// leave-one-out difference between EASE on the Gram averaged over the releases (ridge
+    /// `edges` noise edges of the average) and the combined counts; the rest goes to the
+    /// Gram while exploring (alternating until `explore` Gram releases) and then while
+    /// the combined difference exceeds `margin` of its sd, to counts otherwise. The list
+    /// served is EASE on the average under the same condition, else the counts.
+    Select {
+        share: f64,
+        explore: u64,
+        margin: f64,
+        edges: f64,
+    },
 }
 
 impl Split {
@@ -765,14 +791,47 @@ impl Split {
         trace_share: 0.02,
     };
 
-    /// `split=adaptive|gram|counts`, with `tau` and `trace_share` for adaptive (read
-    /// always, so they may be given with any split).
+    /// The selecting rule's measured settings (docs/EVALUATION.md, "Measured, not built:
+    /// choosing between the averaged Gram and the counts").
+    pub const SELECT: Split = Split::Select {
+        share: 0.05,
+        explore: 5,
+        margin: 1.5,
+        edges: 4.0,
+    };
+
+    /// `split=adaptive|gram|counts|select`, with `tau` and `trace_share` for adaptive
+    /// and `select_share`, `select_explore`, `select_margin`, `select_edges` for select
+    /// (read always, so they may be given with any split).
     fn from_params(p: &Params) -> Result<Self, TrainError> {
         let (tau, trace_share) = (p.get_str("tau"), p.get_str("trace_share"));
         let _ = (tau, trace_share);
+        let _ = (
+            p.get_str("select_share"),
+            p.get_str("select_explore"),
+            p.get_str("select_margin"),
+            p.get_str("select_edges"),
+        );
         Ok(match p.get_str("split").unwrap_or("adaptive") {
             "gram" => Split::Gram,
             "counts" => Split::Counts,
+            "select" => {
+                let Split::Select {
+                    share,
+                    explore,
+                    margin,
+                    edges,
+                } = Split::SELECT
+                else {
+                    unreachable!("the selecting default is select")
+                };
+                Split::Select {
+                    share: p.positive("select_share", share)?,
+                    explore: p.usize_in("select_explore", explore as usize, 0, 1_000_000)? as u64,
+                    margin: p.non_negative("select_margin", margin)?,
+                    edges: p.positive("select_edges", edges)?,
+                }
+            }
             "adaptive" => {
                 let Split::Adaptive { tau, trace_share } = Split::DEFAULT else {
                     unreachable!("the default split is adaptive")
@@ -785,7 +844,7 @@ impl Split {
             other => {
                 return Err(invalid(
                     "split",
-                    format!("{other:?} is not adaptive, gram or counts"),
+                    format!("{other:?} is not adaptive, gram, counts or select"),
                 ))
             }
         })
@@ -796,6 +855,19 @@ impl Split {
             Split::Adaptive { trace_share, .. } => *trace_share,
             _ => 0.0,
         }
+    }
+
+    /// The share of the selection statistic (select only).
+    fn select_share(&self) -> f64 {
+        match self {
+            Split::Select { share, .. } => *share,
+            _ => 0.0,
+        }
+    }
+
+    /// What the shares before the rest take: the trace's or the selection's.
+    fn steering_share(&self) -> f64 {
+        self.trace_share() + self.select_share()
     }
 }
 
@@ -871,6 +943,9 @@ pub struct GramRelease {
     /// Noise standard deviations actually used (counts, Gram entries).
     pub sigma_count: f64,
     pub sigma_gram: f64,
+    /// `split=select`: the state to carry on after this release (its Gram added, its
+    /// noised difference drawn); `combine_counts` attaches it to the counts' state.
+    pub select: Option<GramState>,
 }
 
 impl DpTopN {
@@ -915,14 +990,21 @@ impl DpTopN {
         if t.count_share.is_nan() || t.count_share >= 1.0 {
             return Err(invalid("count_share", "must be in (0, 1)"));
         }
-        if t.count_share + t.split.trace_share() >= 1.0 {
+        if t.count_share + t.split.steering_share() >= 1.0 {
             return Err(invalid(
                 "trace_share",
                 format!(
-                    "count_share + trace_share must be below 1 (they are {} + {})",
+                    "count_share + trace_share (or select_share) must be below 1 (they are \
+                     {} + {})",
                     t.count_share,
-                    t.split.trace_share()
+                    t.split.steering_share()
                 ),
+            ));
+        }
+        if matches!(t.split, Split::Select { .. }) && !t.combine_releases {
+            return Err(invalid(
+                "combine_releases",
+                "split=select carries its state across releases with the counts",
             ));
         }
         if !(t.plan.delta_u < 1.0 && t.delta_r < 1.0) {
@@ -936,8 +1018,19 @@ impl DpTopN {
     /// the second count release); the trace's is [`Self::trace_multiplier`].
     pub fn multipliers(&self) -> Result<(f64, f64, f64), TrainError> {
         let z = self.plan.noise_multiplier()? * self.noise_factor;
-        let rest = 1.0 - self.count_share - self.split.trace_share();
+        let rest = 1.0 - self.count_share - self.split.steering_share();
         Ok((z, z / self.count_share.sqrt(), z / rest.max(0.0).sqrt()))
+    }
+
+    /// The selection statistic's multiplier `z_s = z / sqrt(select_share)` (select only).
+    pub fn select_multiplier(&self) -> Result<Option<f64>, TrainError> {
+        let share = self.split.select_share();
+        if share == 0.0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.plan.noise_multiplier()? * self.noise_factor / share.sqrt(),
+        ))
     }
 
     /// The trace step's multiplier (adaptive split only).
@@ -958,6 +1051,10 @@ impl DpTopN {
         Ok(match (with_gram, self.split, self.trace_multiplier()?) {
             (false, _, _) => rating_multiplier(z_c, f64::INFINITY, c),
             (true, Split::Gram, _) => rating_multiplier(z_c, z_g, c),
+            (true, Split::Select { .. }, _) => {
+                let z_s = self.select_multiplier()?.unwrap_or(f64::INFINITY);
+                select_rating_multiplier(z_c, z_s, z_g, c)
+            }
             (true, _, z_t) => adaptive_rating_multiplier(z_c, z_t.unwrap_or(f64::INFINITY), z_g, c),
         })
     }
@@ -1044,11 +1141,20 @@ impl DpTopN {
         } else {
             Vec::new()
         };
-        let (branch, trace) = if with_gram {
-            let (b, t) = self.choose_rest(&stats, &noisy, &candidates, &mut noise)?;
-            (Some(b), t)
-        } else {
-            (None, None)
+        let prior_gram = self.prior_gram(data);
+        let (branch, trace) = match (with_gram, self.split) {
+            (false, _) => (None, None),
+            (true, Split::Select { .. }) => {
+                let b = self.select_rest(data, prior_gram, &noisy, sigma_count)?;
+                if let Some(held) = &b {
+                    candidates.clone_from(held);
+                }
+                (Some(if b.is_some() { Split::Gram } else { Split::Counts }), None)
+            }
+            (true, _) => {
+                let (b, t) = self.choose_rest(&stats, &noisy, &candidates, &mut noise)?;
+                (Some(b), t)
+            }
         };
         let (counts, g, sigma_count, sigma_gram) = match branch {
             None => (noisy, Vec::new(), sigma_count, f64::INFINITY),
@@ -1064,8 +1170,26 @@ impl DpTopN {
             }
         };
 
+        let (select, select_record) = if with_gram && self.split.select_share() > 0.0 {
+            let step = SelectStep {
+                sample: &sample,
+                key: &key,
+                prior: prior_gram,
+                counts: &counts,
+                sigma_count,
+                candidates: &candidates,
+                gram: &g,
+                sigma_gram,
+            };
+            let state = self.select_step(data, &step, &mut noise)?;
+            let record = self.select_record(&state)?;
+            (Some(state), Some(record))
+        } else {
+            (None, None)
+        };
         let user_event = PrivacyEvent::gaussian(z, 1).map_err(numerical)?;
         let params = serde_json::json!({
+            "select": select_record,
             "plan": self.plan, "contribution": c, "count_share": self.count_share,
             "split": self.split, "spent_on": match branch {
                 None => "counts-only", Some(Split::Counts) => "counts", Some(_) => "gram",
@@ -1084,7 +1208,172 @@ impl DpTopN {
             charges,
             sigma_count,
             sigma_gram,
+            select,
         })
+    }
+
+    /// The Gram state of the last release (`data.prior_counts`) when this release
+    /// continues it: the same count basis and catalogue (as [`CountHistory::update`]).
+    fn prior_gram<'a>(&self, data: &TrainData<'a>) -> Option<&'a GramState> {
+        if !matches!(self.split, Split::Select { .. }) {
+            return None;
+        }
+        let basis = self.count_basis(data.scale);
+        data.prior_counts
+            .filter(|p| p.basis == basis && p.mean.len() == data.matrix.n_items)
+            .and_then(|p| p.gram.as_ref())
+    }
+
+    /// The rest of a selecting release (public: from the prior state only,
+    /// [`select_rest_is_gram`]): `Some(candidates)` for the Gram, over the held set when
+    /// the state has one, else over the candidates of the counts combined with this
+    /// release's (they become the held set); `None` for counts (also when there are no
+    /// candidates).
+    fn select_rest(
+        &self,
+        data: &TrainData<'_>,
+        prior: Option<&GramState>,
+        noisy: &[f64],
+        sigma_count: f64,
+    ) -> Result<Option<Vec<u32>>, TrainError> {
+        let Split::Select {
+            explore, margin, ..
+        } = self.split
+        else {
+            return Ok(None);
+        };
+        if !select_rest_is_gram(prior, explore, margin) {
+            return Ok(None);
+        }
+        if let Some(g) = prior.filter(|g| !g.candidates.is_empty()) {
+            return Ok(Some(g.candidates.clone()));
+        }
+        let combined = self.combined(data, noisy, sigma_count)?;
+        let held = select_candidates(&combined.mean, self.threshold * sigma_count, self.k);
+        Ok((!held.is_empty()).then_some(held))
+    }
+
+    /// The counts `combine_counts` will serve after this release (post-processing).
+    fn combined(
+        &self,
+        data: &TrainData<'_>,
+        counts: &[f64],
+        sigma_count: f64,
+    ) -> Result<CountHistory, TrainError> {
+        CountHistory::update(
+            data.prior_counts,
+            &self.count_basis(data.scale),
+            counts,
+            sigma_count,
+            drift_for(self.plan.releases),
+        )
+    }
+
+    /// The selection statistic of a selecting release (after its counts and Gram): adds
+    /// this release's Gram to the state, and draws `D = sum_u v_u + N(0, z_s^2)` from the
+    /// noise stream with `v_u` from [`loo_values`] comparing EASE on the average with the
+    /// combined counts. Before any Gram was released there is nothing to compare: `D` is
+    /// still drawn (the share is spent whatever the data) but is pure noise and is not
+    /// added to the state.
+    fn select_step(
+        &self,
+        data: &TrainData<'_>,
+        step: &SelectStep<'_>,
+        noise: &mut DpRng,
+    ) -> Result<GramState, TrainError> {
+        let z_s = self
+            .select_multiplier()?
+            .ok_or_else(|| invalid("split", "the selection step needs split=select"))?;
+        let mut state = step.prior.cloned().unwrap_or_else(GramState::empty);
+        let released = !step.gram.is_empty();
+        if released {
+            let k = step.candidates.len();
+            if state.candidates.is_empty() {
+                state.candidates = step.candidates.to_vec();
+                state.sum = vec![0.0; k * k];
+            }
+            if state.candidates != step.candidates || step.gram.len() != k * k {
+                return Err(invalid("gram", "the Gram is not over the held candidates"));
+            }
+            state.sum.iter_mut().zip(step.gram).for_each(|(s, x)| *s += x);
+            state.grams += 1;
+            state.noise_var += step.sigma_gram * step.sigma_gram;
+        }
+        state.last_was_gram = released;
+        let combined = self.combined(data, step.counts, step.sigma_count)?.mean;
+        let lists = self.select_lists(&state, &combined, step.sigma_count)?;
+        let sum: i64 = match &lists.0 {
+            Some(ease) => {
+                let digest = |u: usize, j: u32| {
+                    step.key
+                        .digest(&user_label(data, u), &item_label(data, j))
+                };
+                loo_values(&step.sample.rows, &step.sample.liked, digest, ease, &lists.1)
+                    .iter()
+                    .map(|&v| v as i64)
+                    .sum()
+            }
+            None => 0,
+        };
+        let d = noised_difference(sum, z_s, noise)?;
+        if lists.0.is_some() {
+            state.select_sum += d;
+            state.select_n += 1;
+            state.select_var += z_s * z_s;
+        }
+        Ok(state)
+    }
+
+    /// The public record of the selection (never the noised sum itself): how many
+    /// differences are combined, the sd of their mean, and the list it serves.
+    fn select_record(&self, state: &GramState) -> Result<serde_json::Value, TrainError> {
+        let Split::Select { margin, .. } = self.split else {
+            return Ok(serde_json::Value::Null);
+        };
+        let n = state.select_n;
+        Ok(serde_json::json!({
+            "n": n,
+            "sigma": if n > 0 { state.select_var.sqrt() / n as f64 } else { 0.0 },
+            "grams": state.grams,
+            "decision": if state.grams > 0 && state.favours_gram(margin) {
+                "ease"
+            } else {
+                "counts"
+            },
+        }))
+    }
+
+    /// The two lists a selecting state chooses between, over `n` items: EASE on the
+    /// averaged Gram (`None` before a Gram release), ridge `edges` noise edges of the
+    /// average, and the combined counts' order.
+    pub fn select_lists(
+        &self,
+        state: &GramState,
+        combined: &[f64],
+        sigma_count: f64,
+    ) -> Result<(Option<ItemRanker>, ItemRanker), TrainError> {
+        let n = combined.len();
+        let cand = select_candidates(combined, self.threshold * sigma_count, self.k);
+        let pop: Vec<f64> = cand.iter().map(|&j| combined[j as usize]).collect();
+        let counts = ItemRanker::new(n, cand, pop, ItemScorer::Popularity, self.pop_weight)
+            .with_fill(combined.to_vec());
+        let Split::Select { edges, .. } = self.split else {
+            return Ok((None, counts));
+        };
+        let Some((avg, sd)) = state.average() else {
+            return Ok((None, counts));
+        };
+        let held = state.candidates.clone();
+        if held.iter().any(|&j| j as usize >= n) {
+            return Err(invalid("gram", "a held candidate is outside the catalogue"));
+        }
+        let k = held.len();
+        let b = ease_weights(&avg, k, edges * noise_edge(sd, k))?;
+        let pop: Vec<f64> = held.iter().map(|&j| combined[j as usize]).collect();
+        let ease = ItemRanker::new(n, held, pop, ItemScorer::ItemItem { b }, self.pop_weight)
+            .with_fill(combined.to_vec())
+            .with_neighbours(Neighbours::from_gram(&avg, k, NEIGHBOURS));
+        Ok((Some(ease), counts))
     }
 
     /// The second count release of the counts branch (multiplier `z_g`, exact like the
@@ -1196,6 +1485,8 @@ impl DpTopN {
             rel.sigma_count,
             drift_for(self.plan.releases),
         )?;
+        let mut h = h;
+        h.gram = rel.select.take();
         if h.releases > 1 {
             rel.noisy_counts.clone_from(&h.mean);
             if rel.gram.is_empty() && !rel.candidates.is_empty() {
@@ -1271,6 +1562,8 @@ fn mechanism_name(branch: Option<Split>, split: Split) -> &'static str {
         (None, _) => "dp-topn-counts",
         (Some(Split::Gram), Split::Gram) => "dp-topn-counts+gram",
         (Some(Split::Counts), Split::Counts) => "dp-topn-counts+counts",
+        (Some(Split::Gram), Split::Select { .. }) => "dp-topn-counts+select+gram",
+        (Some(_), Split::Select { .. }) => "dp-topn-counts+select+counts",
         (Some(Split::Gram), _) => "dp-topn-counts+trace+gram",
         (Some(_), _) => "dp-topn-counts+trace+counts",
     }
@@ -1403,6 +1696,18 @@ impl Trainer for DpTopN {
                 v["tau"] = tau.into();
                 v["trace_share"] = trace_share.into();
             }
+            Split::Select {
+                share,
+                explore,
+                margin,
+                edges,
+            } => {
+                v["split"] = "select".into();
+                v["select_share"] = share.into();
+                v["select_explore"] = explore.into();
+                v["select_margin"] = margin.into();
+                v["select_edges"] = edges.into();
+            }
         }
         v
     }
@@ -1445,8 +1750,66 @@ impl Trainer for DpTopN {
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let mut rel = self.release(data, rng)?;
         let history = self.combine_counts(&mut rel, data)?;
+        if let Split::Select { margin, .. } = self.split {
+            return self.fit_select(rel, history, margin, data);
+        }
         let ranker = self.solve(&rel, data.matrix.n_items)?.with_history(history);
         let model = item_side_model(&ranker, &rel, data);
+        Ok(Fitted {
+            model,
+            charges: rel.charges,
+            guarantee: Guarantee::Proven,
+            ranker: Some(std::sync::Arc::new(ranker)),
+        })
+    }
+}
+
+/// What the selection statistic of a release reads: its sample and key, the prior
+/// state, and what the release computed (served counts and their sd, the Gram's
+/// candidates, the Gram, empty when none, and its entry sd).
+struct SelectStep<'a> {
+    sample: &'a Sample,
+    key: &'a SubsetKey,
+    prior: Option<&'a GramState>,
+    counts: &'a [f64],
+    sigma_count: f64,
+    candidates: &'a [u32],
+    gram: &'a [f64],
+    sigma_gram: f64,
+}
+
+impl DpTopN {
+    /// Step 7 of a selecting release (post-processing of the state): EASE on the averaged
+    /// Gram when the combined difference favours it, else the combined counts.
+    fn fit_select(
+        &self,
+        rel: GramRelease,
+        history: Option<CountHistory>,
+        margin: f64,
+        data: &TrainData<'_>,
+    ) -> Result<Fitted, TrainError> {
+        let h = history.ok_or_else(|| {
+            invalid("combine_releases", "split=select needs the counts' state")
+        })?;
+        let state = h.gram.clone().unwrap_or_else(GramState::empty);
+        let (ease, counts) = self.select_lists(&state, &h.mean, rel.sigma_count)?;
+        let avg = state.average();
+        let (ranker, served) = match (ease, avg) {
+            (Some(e), Some(avg)) if state.favours_gram(margin) => (e, Some(avg)),
+            _ => (counts, None),
+        };
+        let (gram, sigma_gram) = served.unwrap_or((Vec::new(), f64::INFINITY));
+        let basis = GramRelease {
+            noisy_counts: h.mean.clone(),
+            candidates: ranker.candidates.clone(),
+            gram,
+            charges: ReleaseCharges::default(),
+            sigma_count: rel.sigma_count,
+            sigma_gram,
+            select: None,
+        };
+        let ranker = ranker.with_history(Some(h));
+        let model = item_side_model(&ranker, &basis, data);
         Ok(Fitted {
             model,
             charges: rel.charges,
@@ -1478,6 +1841,7 @@ mod tests {
             charges: ReleaseCharges::default(),
             sigma_count: 1.0,
             sigma_gram: sigma,
+            select: None,
         }
     }
 
@@ -1844,6 +2208,7 @@ mod tests {
             var: vec![sigma * sigma / 2.0; 400],
             releases: 4,
             own_total: None,
+            gram: None,
         };
         let with = TrainData {
             prior_counts: Some(&prior),

@@ -33,6 +33,72 @@ pub struct CountHistory {
     /// of the input shows at once rather than at the filter's pace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_total: Option<f64>,
+    /// The Gram carried across releases by `dp-topn:split=select` ([`GramState`]);
+    /// `None` for every other rule. [`CountHistory::update`] keeps none of it: the
+    /// trainer attaches the state after its release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gram: Option<GramState>,
+}
+
+/// What `dp-topn:split=select` carries from release to release (docs/privacy/dp-topn.md,
+/// 2b): the sum of the released noisy Grams over a held candidate set, and the sum of the
+/// noised leave-one-out differences that choose between EASE on their average and the
+/// counts. Every field is a function of published outputs (post-processing). `select_sum`
+/// is float-noised: it stays in the store, never in a mechanism record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GramState {
+    /// The held candidates (catalogue indices); empty until the first Gram release.
+    pub candidates: Vec<u32>,
+    /// Sum of the released noisy Grams over `candidates`, row-major `K x K`.
+    pub sum: Vec<f64>,
+    /// How many Gram releases `sum` holds.
+    pub grams: u64,
+    /// Sum of the entry noise variances of the summed Grams (the average's entry sd is
+    /// `sqrt(noise_var) / grams`).
+    pub noise_var: f64,
+    /// Sum of the informative noised differences `D_t` (a float-noised value).
+    pub select_sum: f64,
+    /// How many `D_t` `select_sum` holds.
+    pub select_n: u64,
+    /// Sum of their noise variances (`z_s^2` each).
+    pub select_var: f64,
+    /// Whether the last release spent its rest on the Gram.
+    pub last_was_gram: bool,
+}
+
+impl GramState {
+    /// A state with nothing released yet.
+    pub fn empty() -> Self {
+        Self {
+            candidates: Vec::new(),
+            sum: Vec::new(),
+            grams: 0,
+            noise_var: 0.0,
+            select_sum: 0.0,
+            select_n: 0,
+            select_var: 0.0,
+            last_was_gram: false,
+        }
+    }
+
+    /// The averaged Gram over [`GramState::candidates`] and its entry noise sd, once a
+    /// Gram was released.
+    pub fn average(&self) -> Option<(Vec<f64>, f64)> {
+        if self.grams == 0 || self.candidates.is_empty() {
+            return None;
+        }
+        let n = self.grams as f64;
+        Some((
+            self.sum.iter().map(|x| x / n).collect(),
+            self.noise_var.sqrt() / n,
+        ))
+    }
+
+    /// Whether the combined difference favours the Gram: its mean exceeds `margin` of
+    /// its sd (`sum > margin sqrt(sum of variances)`, the same test at any `n`).
+    pub fn favours_gram(&self, margin: f64) -> bool {
+        self.select_n > 0 && self.select_sum > margin * self.select_var.sqrt()
+    }
 }
 
 /// The drift ratio of a plan of `releases` releases: `1 / T`.
@@ -72,6 +138,7 @@ impl CountHistory {
                 var: vec![v; counts.len()],
                 releases: 1,
                 own_total: Some(counts.iter().sum()),
+                gram: None,
             });
         };
         let mut mean = Vec::with_capacity(counts.len());
@@ -95,25 +162,42 @@ impl CountHistory {
             var,
             releases: p.releases + 1,
             own_total: Some(counts.iter().sum()),
+            gram: None,
         })
     }
 
     /// The state re-indexed to another item list: `index(j)` is item `j`'s position in
-    /// this state (`None`: a new item, no earlier count).
+    /// this state (`None`: a new item, no earlier count). The Gram state follows its held
+    /// candidates; when one of them is not in the new list it is dropped (the next release
+    /// starts it anew).
     pub fn reindexed(&self, n_items: usize, index: impl Fn(usize) -> Option<usize>) -> Self {
         let (mut mean, mut var) = (vec![0.0; n_items], vec![f64::INFINITY; n_items]);
+        let mut new_of = vec![None; self.mean.len()];
         for j in 0..n_items {
             if let Some(old) = index(j).filter(|&o| o < self.mean.len()) {
                 mean[j] = self.mean[old];
                 var[j] = self.var[old];
+                new_of[old] = Some(j as u32);
             }
         }
+        let gram = self.gram.as_ref().and_then(|g| {
+            let candidates: Option<Vec<u32>> = g
+                .candidates
+                .iter()
+                .map(|&old| new_of.get(old as usize).copied().flatten())
+                .collect();
+            Some(GramState {
+                candidates: candidates?,
+                ..g.clone()
+            })
+        });
         Self {
             basis: self.basis.clone(),
             mean,
             var,
             releases: self.releases,
             own_total: self.own_total,
+            gram,
         }
     }
 }
@@ -160,6 +244,60 @@ mod tests {
         assert_eq!(next.mean[1], 7.0);
         assert_eq!(next.var[1], 4.0);
         assert!(next.mean[0] > 10.0 && next.mean[0] < 12.0);
+    }
+
+    /// The Gram state follows its held candidates to their new indices, and is dropped
+    /// when one of them is gone; `update` keeps none of it.
+    #[test]
+    fn gram_state_follows_reindexing_and_is_dropped_without_its_items() {
+        let mut h = first("b", &[1.0, 2.0, 3.0], 1.0).unwrap();
+        h.gram = Some(GramState {
+            candidates: vec![2, 0],
+            sum: vec![1.0, 2.0, 2.0, 5.0],
+            grams: 2,
+            noise_var: 8.0,
+            select_sum: 3.5,
+            select_n: 4,
+            select_var: 100.0,
+            last_was_gram: true,
+        });
+        // New list: old item 2 at 0, old 0 at 3, old 1 gone, a new item at 1 and 2.
+        let old = [Some(2), None, None, Some(0)];
+        let moved = h.reindexed(4, |j| old[j]);
+        let g = moved.gram.as_ref().unwrap();
+        assert_eq!(g.candidates, vec![0, 3]);
+        assert_eq!(g.sum, h.gram.as_ref().unwrap().sum);
+        assert_eq!((g.grams, g.select_n, g.select_sum), (2, 4, 3.5));
+        assert_eq!(moved.mean, vec![3.0, 0.0, 0.0, 1.0]);
+        let (avg, sd) = g.average().unwrap();
+        assert_eq!(avg, vec![0.5, 1.0, 1.0, 2.5]);
+        assert!((sd - 8f64.sqrt() / 2.0).abs() < 1e-12);
+        // Old item 0 (held) gone: the state is dropped.
+        let lost = h.reindexed(2, |j| [Some(2), Some(1)][j]);
+        assert!(lost.gram.is_none());
+        assert_eq!(lost.mean, vec![3.0, 2.0]);
+        let next = CountHistory::update(Some(&moved), "b", &[1.0; 4], 1.0, 0.1).unwrap();
+        assert!(next.gram.is_none());
+        // Serialised without a Gram state, a history reads back with none.
+        let plain = serde_json::to_string(&lost).unwrap();
+        assert!(!plain.contains("gram"));
+        assert_eq!(serde_json::from_str::<CountHistory>(&plain).unwrap(), lost);
+        let full = serde_json::to_string(&moved).unwrap();
+        assert_eq!(serde_json::from_str::<CountHistory>(&full).unwrap(), moved);
+    }
+
+    /// The favouring test is the mean against `margin` sds of the mean.
+    #[test]
+    fn favours_gram_compares_the_mean_with_its_sd() {
+        let mut g = GramState::empty();
+        assert!(!g.favours_gram(1.5));
+        // 4 draws of variance 25: mean sd 2.5, so the mean must exceed 3.75 (sum 15).
+        g.select_n = 4;
+        g.select_var = 100.0;
+        g.select_sum = 15.1;
+        assert!(g.favours_gram(1.5));
+        g.select_sum = 14.9;
+        assert!(!g.favours_gram(1.5));
     }
 
     #[test]

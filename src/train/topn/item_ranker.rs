@@ -558,6 +558,7 @@ mod tests {
             var: vec![v; n],
             releases: 2,
             own_total: None,
+            gram: None,
         };
         let parts = |history| ItemRankerParts {
             n_items: 3,

@@ -7,4 +7,5 @@ pub mod dp_topn;
 pub mod history;
 pub mod item_ranker;
 pub mod references;
+pub mod selection;
 pub mod suffstats;

@@ -1,0 +1,289 @@
+//! The statistic `dp-topn:split=select` draws each release (docs/privacy/dp-topn.md, 2b):
+//! a noised leave-one-out difference between two published lists, pure (no I/O).
+//!
+//! For each user of the release's sample with at least two rows and a liked one, the
+//! liked row whose item has the smallest keyed digest (data-independent randomness: the
+//! release's secret subset key) is hidden; `v_u = hit(a) - hit(b)`, where a hit is the
+//! hidden item among the top [`LOO_TOP`] of the items outside the user's other rows, as
+//! each list ranks them from those rows alone. `v_u` is in `{-1, 0, 1}`: one user moves
+//! the sum by at most 1, and one rating (which changes the rows, the hidden row or
+//! whether the user counts) by at most 2. The release adds `N(0, z_s^2)` to the sum
+//! ([`noised_difference`]) from its noise stream.
+
+use rayon::prelude::*;
+
+use crate::privacy::continuous::gaussian;
+use crate::rng::DpRng;
+use crate::train::ranker::Ranker;
+use crate::train::topn::history::GramState;
+use crate::train::{numerical, TrainError};
+
+/// The list length a hit is counted in (the eval's NDCG@10).
+pub const LOO_TOP: usize = 10;
+
+/// Per user of `rows`: `v_u` in `{-1, 0, 1}` (0 for a user who does not count).
+/// `liked[u]` is how many of row `u`'s items, at the front, are liked (empty: all are,
+/// as in [`super::dp_topn::Sample::liked`]); `digest(u, j)` orders user `u`'s liked items
+/// for the hidden one (the smallest is hidden). The rows are binary (value 1).
+pub fn loo_values<D>(
+    rows: &[Vec<u32>],
+    liked: &[u32],
+    digest: D,
+    a: &dyn Ranker,
+    b: &dyn Ranker,
+) -> Vec<i8>
+where
+    D: Fn(usize, u32) -> [u8; 32] + Sync,
+{
+    let n = a.n_items().min(b.n_items());
+    rows.par_iter()
+        .enumerate()
+        .map_init(
+            || (vec![0.0; a.n_items()], vec![0.0; b.n_items()], vec![false; n]),
+            |(sa, sb, mine), (u, row)| {
+                let n_liked = liked.get(u).map_or(row.len(), |&l| l as usize);
+                if row.len() < 2 || n_liked == 0 {
+                    return 0;
+                }
+                let Some(&hidden) = row[..n_liked.min(row.len())]
+                    .iter()
+                    .min_by_key(|&&j| digest(u, j))
+                else {
+                    return 0;
+                };
+                if hidden as usize >= n {
+                    return 0;
+                }
+                let own: Vec<(usize, f64)> = row
+                    .iter()
+                    .filter(|&&j| j != hidden)
+                    .map(|&j| (j as usize, 1.0))
+                    .collect();
+                own.iter().for_each(|&(j, _)| {
+                    if j < n {
+                        mine[j] = true
+                    }
+                });
+                a.score_items(None, &own, sa);
+                b.score_items(None, &own, sb);
+                let v = hit(sa, hidden as usize, mine) as i8 - hit(sb, hidden as usize, mine) as i8;
+                own.iter().for_each(|&(j, _)| {
+                    if j < n {
+                        mine[j] = false
+                    }
+                });
+                v
+            },
+        )
+        .collect()
+}
+
+/// Whether `target` is among the top [`LOO_TOP`] of the items not in `mine` (ties count
+/// for the target).
+fn hit(scores: &[f64], target: usize, mine: &[bool]) -> bool {
+    let t = scores[target];
+    let above = (0..mine.len())
+        .filter(|&j| j != target && !mine[j] && scores[j] > t)
+        .take(LOO_TOP)
+        .count();
+    above < LOO_TOP
+}
+
+/// `D = sum + N(0, z_s^2)`, drawn from the release's noise stream.
+pub fn noised_difference(sum: i64, z_s: f64, noise: &mut DpRng) -> Result<f64, TrainError> {
+    Ok(sum as f64 + gaussian(z_s, noise).map_err(numerical)?)
+}
+
+/// Whether a selecting release spends its rest on the Gram, from the last release's
+/// state only (public): the first release (no state) on counts; while fewer than
+/// `explore` Grams are in, alternately (a Gram after a counts release); then while the
+/// combined difference favours the Gram ([`GramState::favours_gram`]).
+pub fn select_rest_is_gram(prior: Option<&GramState>, explore: u64, margin: f64) -> bool {
+    match prior {
+        None => false,
+        Some(g) if g.grams < explore => !g.last_was_gram,
+        Some(g) => g.favours_gram(margin),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
+    use rand::Rng;
+
+    /// The noise of `D` has sd `z_s`: 4,000 draws at a fixed seed, the sample sd within
+    /// 4% (its relative sd is 1/sqrt(8000) = 1.1%, so 4% is 3.6 sd); a scale of 0.9 or
+    /// 1.1 times is outside.
+    #[test]
+    fn noised_difference_has_the_planned_scale() {
+        let z_s = 4.472;
+        let mut rng = crate::rng::seeded(5);
+        let n = 4000;
+        let draws: Vec<f64> = (0..n)
+            .map(|_| noised_difference(7, z_s, &mut rng).unwrap() - 7.0)
+            .collect();
+        let mean = draws.iter().sum::<f64>() / n as f64;
+        let sd = (draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+        let ok = |scale: f64| (sd / (scale * z_s) - 1.0).abs() < 0.04;
+        assert!(ok(1.0), "sd {sd}");
+        assert!(!ok(0.9) && !ok(1.1), "sd {sd}");
+        assert!(mean.abs() < 4.0 * z_s / (n as f64).sqrt(), "mean {mean}");
+    }
+
+    /// Two lists over 30 items: one by popularity, one item-item ranker with random
+    /// weights.
+    fn lists(rng: &mut DpRng) -> (ItemRanker, ItemRanker) {
+        let n = 30;
+        let cand: Vec<u32> = (0..20).collect();
+        let pop: Vec<f64> = (0..20).map(|j| (40 - j) as f64).collect();
+        let fill: Vec<f64> = (0..n).map(|j| (n - j) as f64).collect();
+        let b: Vec<f64> = (0..400).map(|_| rng.random::<f64>() - 0.5).collect();
+        let counts = ItemRanker::new(n, cand.clone(), pop.clone(), ItemScorer::Popularity, 0.0)
+            .with_fill(fill.clone());
+        let ease = ItemRanker::new(n, cand, pop, ItemScorer::ItemItem { b }, 0.0).with_fill(fill);
+        (ease, counts)
+    }
+
+    fn digest(u: usize, j: u32) -> [u8; 32] {
+        let mut d = [0u8; 32];
+        // A fixed pseudo-random order per (user, item).
+        let h = (u as u64 * 0x9e37_79b9_7f4a_7c15) ^ (j as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        d[..8].copy_from_slice(&h.rotate_left(17).to_be_bytes());
+        d
+    }
+
+    /// Liked counts of `rows` where item `j` is liked when `j % 3 != 0`: liked first.
+    fn split_liked(rows: &mut [Vec<u32>]) -> Vec<u32> {
+        rows.iter_mut()
+            .map(|r| {
+                r.sort_by_key(|&j| (j % 3 == 0, j));
+                r.iter().filter(|&&j| j % 3 != 0).count() as u32
+            })
+            .collect()
+    }
+
+    fn total(rows: &[Vec<u32>], a: &ItemRanker, b: &ItemRanker) -> i64 {
+        let mut rows = rows.to_vec();
+        let liked = split_liked(&mut rows);
+        loo_values(&rows, &liked, digest, a, b)
+            .iter()
+            .map(|&v| v as i64)
+            .sum()
+    }
+
+    /// On random small data: every `v_u` is in {-1, 0, 1}, removing a user moves the sum
+    /// by at most 1, adding or removing one rating by at most 2; and the values do move
+    /// (some edits change the sum), so the bounds are not vacuous.
+    #[test]
+    fn one_user_moves_the_sum_by_one_and_one_rating_by_two() {
+        let mut rng = crate::rng::seeded(9);
+        let (mut moved_user, mut moved_rating, mut by_two) = (0, 0, 0);
+        for _ in 0..40 {
+            let (a, b) = lists(&mut rng);
+            let rows: Vec<Vec<u32>> = (0..25)
+                .map(|_| {
+                    let mut r: Vec<u32> = (0..30).filter(|_| rng.random::<f64>() < 0.2).collect();
+                    r.dedup();
+                    r
+                })
+                .collect();
+            let mut sorted = rows.clone();
+            let liked = split_liked(&mut sorted);
+            let v = loo_values(&sorted, &liked, digest, &a, &b);
+            assert!(v.iter().all(|x| (-1..=1).contains(x)));
+            let base = total(&rows, &a, &b);
+            for u in 0..rows.len() {
+                let mut less = rows.clone();
+                less.remove(u);
+                let d = (total(&less, &a, &b) - base).abs();
+                assert!(d <= 1, "user {u}: {d}");
+                moved_user += (d != 0) as u32;
+                // Toggle one random rating of this user.
+                let j = rng.random_range(0..30u32);
+                let mut edit = rows.clone();
+                match edit[u].iter().position(|&x| x == j) {
+                    Some(p) => {
+                        edit[u].remove(p);
+                    }
+                    None => edit[u].push(j),
+                }
+                let d = (total(&edit, &a, &b) - base).abs();
+                assert!(d <= 2, "user {u} item {j}: {d}");
+                moved_rating += (d != 0) as u32;
+                by_two += (d == 2) as u32;
+            }
+        }
+        assert!(moved_user > 0 && moved_rating > 0, "{moved_user} {moved_rating}");
+        assert!(by_two > 0, "no edit reached the bound of 2");
+    }
+
+    /// c G c G ... until `explore` Grams, then the state decides.
+    #[test]
+    fn the_rest_explores_alternately_then_follows_the_state() {
+        let mut state: Option<GramState> = None;
+        let mut trail = String::new();
+        for _ in 0..14 {
+            let gram = select_rest_is_gram(state.as_ref(), 3, 1.5);
+            trail.push(if gram { 'G' } else { 'c' });
+            let mut g = state.unwrap_or_else(GramState::empty);
+            g.grams += gram as u64;
+            g.last_was_gram = gram;
+            // Each difference 10 with variance 100: the mean is 1 sd per draw, so
+            // n draws favour the Gram once sqrt(n) > 1.5 (from the 3rd draw).
+            g.select_n += 1;
+            g.select_var += 100.0;
+            g.select_sum += 10.0;
+            state = Some(g);
+        }
+        assert_eq!(trail, "cGcGcGGGGGGGGG");
+        let mut g = state.unwrap();
+        g.select_sum = -50.0;
+        assert!(!select_rest_is_gram(Some(&g), 3, 1.5));
+        // Still exploring: alternates whatever the difference.
+        g.grams = 1;
+        g.last_was_gram = false;
+        assert!(select_rest_is_gram(Some(&g), 3, 1.5));
+        g.last_was_gram = true;
+        assert!(!select_rest_is_gram(Some(&g), 3, 1.5));
+    }
+
+    /// A user with fewer than two rows, or no liked row, does not count; the hidden row
+    /// is the liked one of smallest digest.
+    #[test]
+    fn users_without_two_rows_or_a_liked_row_do_not_count() {
+        let mut rng = crate::rng::seeded(2);
+        let (a, b) = lists(&mut rng);
+        // Identical lists: every v is 0 whoever counts.
+        assert!(loo_values(&[vec![1, 2, 4]], &[], digest, &a, &a)
+            .iter()
+            .all(|&v| v == 0));
+        // Only unliked rows (liked count 0), or a single row: 0 against any list.
+        let v = loo_values(&[vec![3, 6], vec![1]], &[0, 1], digest, &a, &b);
+        assert_eq!(v, vec![0, 0]);
+        // The hidden item: an item the counts list ranks first (item 0 is the top of
+        // the popularity order) and the other list cannot reach (weights from item 1
+        // only push 0 down) gives -1 when it is the liked item hidden.
+        let n = 30;
+        let cand: Vec<u32> = (0..20).collect();
+        let pop: Vec<f64> = (0..20).map(|j| (40 - j) as f64).collect();
+        let mut w = vec![0.0; 400];
+        for c in 1..20 {
+            w[20 + c] = 1.0;
+        }
+        w[20] = -5.0;
+        let down = ItemRanker::new(n, cand.clone(), pop.clone(), ItemScorer::ItemItem { b: w }, 0.0);
+        let counts = ItemRanker::new(n, cand, pop, ItemScorer::Popularity, 0.0);
+        // Row [0, 1], both liked; hide 0 when its digest is the smaller.
+        let by = |u: usize, j: u32| {
+            let mut d = [0u8; 32];
+            d[0] = if j == 0 { 0 } else { 1 };
+            let _ = u;
+            d
+        };
+        assert_eq!(loo_values(&[vec![0, 1]], &[2], by, &down, &counts), vec![-1]);
+        // Item 0 unliked (liked count 1 over [1, 0]): item 1 is hidden instead.
+        let v = loo_values(&[vec![1, 0]], &[1], by, &down, &counts);
+        assert_ne!(v, vec![-1]);
+    }
+}
