@@ -279,11 +279,11 @@ mod tests {
         let next = CountHistory::update(Some(&moved), "b", &[1.0; 4], 1.0, 0.1).unwrap();
         assert!(next.gram.is_none());
         // Serialised without a Gram state, a history reads back with none.
-        let plain = serde_json::to_string(&lost).unwrap();
+        let plain = serde_json::to_string(&next).unwrap();
         assert!(!plain.contains("gram"));
-        assert_eq!(serde_json::from_str::<CountHistory>(&plain).unwrap(), lost);
-        let full = serde_json::to_string(&moved).unwrap();
-        assert_eq!(serde_json::from_str::<CountHistory>(&full).unwrap(), moved);
+        assert_eq!(serde_json::from_str::<CountHistory>(&plain).unwrap(), next);
+        let full = serde_json::to_string(&h).unwrap();
+        assert_eq!(serde_json::from_str::<CountHistory>(&full).unwrap(), h);
     }
 
     /// The favouring test is the mean against `margin` sds of the mean.
