@@ -37,7 +37,7 @@ pub struct CountHistory {
     /// `None` for every other rule. [`CountHistory::update`] keeps none of it: the
     /// trainer attaches the state after its release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gram: Option<GramState>,
+    pub gram: Option<Box<GramState>>,
 }
 
 /// What `dp-topn:split=select` carries from release to release (docs/privacy/dp-topn.md,
@@ -186,10 +186,10 @@ impl CountHistory {
                 .iter()
                 .map(|&old| new_of.get(old as usize).copied().flatten())
                 .collect();
-            Some(GramState {
+            Some(Box::new(GramState {
                 candidates: candidates?,
-                ..g.clone()
-            })
+                ..(**g).clone()
+            }))
         });
         Self {
             basis: self.basis.clone(),
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn gram_state_follows_reindexing_and_is_dropped_without_its_items() {
         let mut h = first("b", &[1.0, 2.0, 3.0], 1.0).unwrap();
-        h.gram = Some(GramState {
+        h.gram = Some(Box::new(GramState {
             candidates: vec![2, 0],
             sum: vec![1.0, 2.0, 2.0, 5.0],
             grams: 2,
@@ -260,7 +260,7 @@ mod tests {
             select_n: 4,
             select_var: 100.0,
             last_was_gram: true,
-        });
+        }));
         // New list: old item 2 at 0, old 0 at 3, old 1 gone, a new item at 1 and 2.
         let old = [Some(2), None, None, Some(0)];
         let moved = h.reindexed(4, |j| old[j]);

@@ -39,7 +39,13 @@ where
     rows.par_iter()
         .enumerate()
         .map_init(
-            || (vec![0.0; a.n_items()], vec![0.0; b.n_items()], vec![false; n]),
+            || {
+                (
+                    vec![0.0; a.n_items()],
+                    vec![0.0; b.n_items()],
+                    vec![false; n],
+                )
+            },
             |(sa, sb, mine), (u, row)| {
                 let n_liked = liked.get(u).map_or(row.len(), |&l| l as usize);
                 if row.len() < 2 || n_liked == 0 {
@@ -148,7 +154,8 @@ mod tests {
     fn digest(u: usize, j: u32) -> [u8; 32] {
         let mut d = [0u8; 32];
         // A fixed pseudo-random order per (user, item).
-        let h = (u as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (j as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let h = (u as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (j as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         d[..8].copy_from_slice(&h.rotate_left(17).to_be_bytes());
         d
     }
@@ -216,7 +223,10 @@ mod tests {
                 by_two += (d == 2) as u32;
             }
         }
-        assert!(moved_user > 0 && moved_rating > 0, "{moved_user} {moved_rating}");
+        assert!(
+            moved_user > 0 && moved_rating > 0,
+            "{moved_user} {moved_rating}"
+        );
         assert!(by_two > 0, "no edit reached the bound of 2");
     }
 
@@ -274,7 +284,13 @@ mod tests {
             w[20 + c] = 1.0;
         }
         w[20] = -5.0;
-        let down = ItemRanker::new(n, cand.clone(), pop.clone(), ItemScorer::ItemItem { b: w }, 0.0);
+        let down = ItemRanker::new(
+            n,
+            cand.clone(),
+            pop.clone(),
+            ItemScorer::ItemItem { b: w },
+            0.0,
+        );
         let counts = ItemRanker::new(n, cand, pop, ItemScorer::Popularity, 0.0);
         // Row [0, 1], both liked; hide 0 when its digest is the smaller.
         let by = |u: usize, j: u32| {
@@ -283,7 +299,10 @@ mod tests {
             let _ = u;
             d
         };
-        assert_eq!(loo_values(&[vec![0, 1]], &[2], by, &down, &counts), vec![-1]);
+        assert_eq!(
+            loo_values(&[vec![0, 1]], &[2], by, &down, &counts),
+            vec![-1]
+        );
         // Item 0 unliked (liked count 1 over [1, 0]): item 1 is hidden instead.
         let v = loo_values(&[vec![1, 0]], &[1], by, &down, &counts);
         assert_ne!(v, vec![-1]);
