@@ -188,6 +188,15 @@ impl TryFrom<ItemRankerParts> for ItemRanker {
                     p.n_items
                 ));
             }
+            if let Some(g) = &h.gram {
+                let k = g.candidates.len();
+                let shape = g.sum.len() == k * k || (k == 0 && g.sum.is_empty());
+                if !shape || g.candidates.iter().any(|&j| j as usize >= p.n_items) {
+                    return Err(format!(
+                        "item ranker Gram state does not match its {k} held candidates"
+                    ));
+                }
+            }
         }
         if !p.fill.is_empty() && p.fill.len() != p.n_items {
             return Err(format!(
@@ -574,6 +583,20 @@ mod tests {
         assert_eq!(ok.count_history().unwrap().releases, 2);
         for bad in [h(2, 2.0), h(3, 0.0), h(3, f64::INFINITY)] {
             assert!(ItemRanker::try_from(parts(Some(bad))).is_err());
+        }
+        // A Gram state must be K x K over held candidates inside the catalogue.
+        let with_gram = |candidates: Vec<u32>, sum_len: usize| CountHistory {
+            gram: Some(Box::new(crate::train::topn::history::GramState {
+                candidates,
+                sum: vec![0.0; sum_len],
+                ..crate::train::topn::history::GramState::empty()
+            })),
+            ..h(3, 2.0)
+        };
+        assert!(ItemRanker::try_from(parts(Some(with_gram(vec![0, 2], 4)))).is_ok());
+        assert!(ItemRanker::try_from(parts(Some(with_gram(vec![], 0)))).is_ok());
+        for (c, n) in [(vec![0, 2], 3), (vec![0, 3], 4)] {
+            assert!(ItemRanker::try_from(parts(Some(with_gram(c, n)))).is_err());
         }
     }
 
