@@ -376,6 +376,64 @@ async fn next_state(
 }
 both_backends!(served_counts_combine_releases_across_a_restart);
 
+/// `split=select` (opt-in, docs/privacy/dp-topn.md 2b) through the service: the first
+/// release spends its rest on counts, the second on the Gram over the held candidates;
+/// the Gram state travels in the stored counts state, also across a restart; the public
+/// mechanism record has the selection's count, sd and decision but never the noised sum.
+async fn select_split_carries_its_gram_state_across_releases(url: &str) {
+    let settings = |url: &str| {
+        let mut s = several_release_settings(url);
+        s.trainer.params.insert("split".into(), "select".into());
+        s
+    };
+    let data = taste_data(200);
+    let app = TestApp::try_spawn(settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    ingest_at(&app, &data.train, 50.0).await;
+    let mut names = Vec::new();
+    let mut states = Vec::new();
+    for _ in 0..2 {
+        assert_eq!(app.retrain().await.status, "succeeded");
+        let (st, m) = app.get("/v1/models/current", PUBLIC).await;
+        assert_eq!(st, 200, "{m}");
+        let mech = &m["release"]["mechanisms"][0];
+        names.push(mech["name"].as_str().unwrap().to_owned());
+        let select = mech["params"]["select"].clone();
+        let keys: Vec<&String> = select.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["decision", "grams", "n", "sigma"], "{m}");
+        assert!(!m.to_string().contains("select_sum"), "{m}");
+        states.push(stored_history(&app).await);
+    }
+    assert_eq!(
+        names,
+        ["dp-topn-counts+select+counts", "dp-topn-counts+select+gram"]
+    );
+    let g1 = states[0]
+        .gram
+        .as_deref()
+        .expect("a Gram state from the first release");
+    assert_eq!((g1.grams, g1.select_n, g1.last_was_gram), (0, 0, false));
+    let g2 = states[1].gram.as_deref().expect("the state continues");
+    assert_eq!((g2.grams, g2.select_n, g2.last_was_gram), (1, 1, true));
+    let k = g2.candidates.len();
+    assert!(k > 0 && g2.sum.len() == k * k);
+    app.stop().await;
+
+    let again = TestApp::try_spawn(settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    assert_eq!(again.retrain().await.status, "succeeded");
+    let g3 = stored_history(&again)
+        .await
+        .gram
+        .expect("reloaded and continued");
+    assert_eq!((g3.grams, g3.select_n, g3.last_was_gram), (1, 2, false));
+    assert_eq!(g3.candidates, g2.candidates);
+    again.stop().await;
+}
+both_backends!(select_split_carries_its_gram_state_across_releases);
+
 /// The operator-safety rule (`retrain.min_input_ratio`, 0.5 by default) judges a release
 /// by its own DP counts, not by the counts combined with earlier releases: after 150 of
 /// the 200 users are deleted the next release is refused. (The combined total would
