@@ -258,11 +258,7 @@ pub fn compose_multipliers(z: &[f64]) -> f64 {
 /// release the trace picks, taken at the larger of the two rating-level losses.
 pub fn adaptive_rating_multiplier(z_c: f64, z_t: f64, z_rest: f64, c: &Contribution) -> f64 {
     let g2 = c.gram_clip * c.gram_clip;
-    let zc_r = z_c * c.count_clip / count_rating_sensitivity(c);
-    let zt_r = z_t * g2 / g2.min(1.0);
-    let rest_r = (z_rest * g2 / gram_rating_sensitivity(c))
-        .min(z_rest * c.count_clip / count_rating_sensitivity(c));
-    compose_multipliers(&[zc_r, zt_r, rest_r])
+    steered_rating_multiplier(z_c, z_t * g2 / g2.min(1.0), z_rest, c)
 }
 
 /// Rating-level multiplier of a selecting release ([`Split::Select`]): the counts at
@@ -270,12 +266,18 @@ pub fn adaptive_rating_multiplier(z_c: f64, z_t: f64, z_rest: f64, c: &Contribut
 /// docs/privacy/dp-topn.md 2b) and, at `z_rest`, the Gram or the second count release
 /// taken at the larger of the two rating-level losses (the rule picks one per release).
 pub fn select_rating_multiplier(z_c: f64, z_s: f64, z_rest: f64, c: &Contribution) -> f64 {
+    steered_rating_multiplier(z_c, z_s / 2.0, z_rest, c)
+}
+
+/// The counts at `z_c`, a steering statistic at rating-level multiplier `steer_r`, and the
+/// rest at `z_rest` taken at the larger rating-level loss of its two branches (Gram or
+/// second counts), composed.
+fn steered_rating_multiplier(z_c: f64, steer_r: f64, z_rest: f64, c: &Contribution) -> f64 {
     let g2 = c.gram_clip * c.gram_clip;
     let zc_r = z_c * c.count_clip / count_rating_sensitivity(c);
-    let zs_r = z_s / 2.0;
     let rest_r = (z_rest * g2 / gram_rating_sensitivity(c))
         .min(z_rest * c.count_clip / count_rating_sensitivity(c));
-    compose_multipliers(&[zc_r, zs_r, rest_r])
+    compose_multipliers(&[zc_r, steer_r, rest_r])
 }
 
 /// eps at `delta_r` of one rating's participation at RSM rate `q` in a release whose
@@ -1024,18 +1026,16 @@ impl DpTopN {
 
     /// The selection statistic's multiplier `z_s = z / sqrt(select_share)` (select only).
     pub fn select_multiplier(&self) -> Result<Option<f64>, TrainError> {
-        let share = self.split.select_share();
-        if share == 0.0 {
-            return Ok(None);
-        }
-        Ok(Some(
-            self.plan.noise_multiplier()? * self.noise_factor / share.sqrt(),
-        ))
+        self.share_multiplier(self.split.select_share())
     }
 
     /// The trace step's multiplier (adaptive split only).
     pub fn trace_multiplier(&self) -> Result<Option<f64>, TrainError> {
-        let share = self.split.trace_share();
+        self.share_multiplier(self.split.trace_share())
+    }
+
+    /// `z / sqrt(share)` for a step given `share` of the release (`None` at 0).
+    fn share_multiplier(&self, share: f64) -> Result<Option<f64>, TrainError> {
         if share == 0.0 {
             return Ok(None);
         }
