@@ -58,6 +58,10 @@ pub struct ItemRanker {
 
 const NONE: u32 = u32::MAX;
 
+/// Writes `sum_{a in pos} B[a, :]` for own candidate positions `pos` into the slice
+/// ([`ItemRanker::score_items_with`]).
+pub type ItemItemSums<'a> = dyn Fn(&[usize], &mut [f64]) + 'a;
+
 /// The published arrays of an [`ItemRanker`], as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ItemRankerParts {
@@ -313,6 +317,74 @@ impl ItemRanker {
             .map(|p| p as usize)
     }
 
+    /// [`Ranker::score_items`] with the item-item sums `sum_{a in pos} B[a, :]` over the
+    /// own candidate positions `pos` written by `item_item` instead of read from the
+    /// stored `B` (the selection statistic's leave-user-out weights,
+    /// [`crate::train::topn::selection::LeaveUserOut`]); other scorers ignore it.
+    pub fn score_items_with(
+        &self,
+        own: &[(usize, f64)],
+        item_item: Option<&ItemItemSums<'_>>,
+        out: &mut [f64],
+    ) {
+        out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
+        let pos = self.own_positions(own);
+        let k = self.candidates.len();
+        let mut cand = vec![0.0; k];
+        let personal = self.personalises(own);
+        if personal {
+            let w = 1.0 / (pos.len() as f64).sqrt();
+            match &self.scorer {
+                ItemScorer::Projection { d, factors } => {
+                    let d = *d;
+                    let mut p = vec![0.0; d];
+                    for &a in &pos {
+                        for (x, v) in p.iter_mut().zip(&factors[a * d..(a + 1) * d]) {
+                            *x += w * v;
+                        }
+                    }
+                    for (b, s) in cand.iter_mut().enumerate() {
+                        *s = factors[b * d..(b + 1) * d]
+                            .iter()
+                            .zip(&p)
+                            .map(|(v, x)| v * x)
+                            .sum();
+                    }
+                }
+                ItemScorer::ItemItem { b } => match item_item {
+                    Some(sums) => {
+                        sums(&pos, &mut cand);
+                        cand.iter_mut().for_each(|s| *s *= w);
+                    }
+                    None => {
+                        for &a in &pos {
+                            for (s, x) in cand.iter_mut().zip(&b[a * k..(a + 1) * k]) {
+                                *s += w * x;
+                            }
+                        }
+                    }
+                },
+                ItemScorer::Popularity => unreachable!("popularity is not personal"),
+            }
+            for (s, p) in cand.iter_mut().zip(&self.popularity) {
+                *s += self.pop_weight * p / self.pop_max;
+            }
+        } else if !self.fill.is_empty() {
+            // Not personal: the DP counts order the whole catalogue.
+            out.copy_from_slice(&self.fill);
+            return;
+        } else {
+            cand.copy_from_slice(&self.popularity);
+        }
+        for (a, &j) in self.candidates.iter().enumerate() {
+            if let Some(o) = out.get_mut(j as usize) {
+                *o = cand[a];
+            }
+        }
+        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
+        self.fill_outside(if lowest.is_finite() { lowest } else { 0.0 }, out);
+    }
+
     /// Candidate positions of the user's own rated items.
     fn own_positions(&self, own: &[(usize, f64)]) -> Vec<usize> {
         own.iter().filter_map(|&(j, _)| self.position(j)).collect()
@@ -351,56 +423,7 @@ impl Ranker for ItemRanker {
     }
 
     fn score_items(&self, _user: Option<usize>, own: &[(usize, f64)], out: &mut [f64]) {
-        out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
-        let pos = self.own_positions(own);
-        let k = self.candidates.len();
-        let mut cand = vec![0.0; k];
-        let personal = self.personalises(own);
-        if personal {
-            let w = 1.0 / (pos.len() as f64).sqrt();
-            match &self.scorer {
-                ItemScorer::Projection { d, factors } => {
-                    let d = *d;
-                    let mut p = vec![0.0; d];
-                    for &a in &pos {
-                        for (x, v) in p.iter_mut().zip(&factors[a * d..(a + 1) * d]) {
-                            *x += w * v;
-                        }
-                    }
-                    for (b, s) in cand.iter_mut().enumerate() {
-                        *s = factors[b * d..(b + 1) * d]
-                            .iter()
-                            .zip(&p)
-                            .map(|(v, x)| v * x)
-                            .sum();
-                    }
-                }
-                ItemScorer::ItemItem { b } => {
-                    for &a in &pos {
-                        for (s, x) in cand.iter_mut().zip(&b[a * k..(a + 1) * k]) {
-                            *s += w * x;
-                        }
-                    }
-                }
-                ItemScorer::Popularity => unreachable!("popularity is not personal"),
-            }
-            for (s, p) in cand.iter_mut().zip(&self.popularity) {
-                *s += self.pop_weight * p / self.pop_max;
-            }
-        } else if !self.fill.is_empty() {
-            // Not personal: the DP counts order the whole catalogue.
-            out.copy_from_slice(&self.fill);
-            return;
-        } else {
-            cand.copy_from_slice(&self.popularity);
-        }
-        for (a, &j) in self.candidates.iter().enumerate() {
-            if let Some(o) = out.get_mut(j as usize) {
-                *o = cand[a];
-            }
-        }
-        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
-        self.fill_outside(if lowest.is_finite() { lowest } else { 0.0 }, out);
+        self.score_items_with(own, None, out);
     }
 
     fn predict(&self, _user: Option<usize>, _own: &[(usize, f64)], _item: usize) -> Option<f64> {

@@ -16,6 +16,8 @@ use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
 use crate::train::ranker::Ranker;
 use crate::train::topn::history::GramState;
+use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
+use crate::train::topn::suffstats::gram_weight;
 use crate::train::{numerical, TrainError};
 
 /// The list length a hit is counted in (the eval's NDCG@10).
@@ -29,8 +31,8 @@ pub fn loo_values<D>(
     rows: &[Vec<u32>],
     liked: &[u32],
     digest: D,
-    a: &dyn Ranker,
-    b: &dyn Ranker,
+    a: &dyn LooList,
+    b: &dyn LooList,
 ) -> Vec<i8>
 where
     D: Fn(usize, u32) -> [u8; 32] + Sync,
@@ -70,8 +72,8 @@ where
                         mine[j] = true
                     }
                 });
-                a.score_items(None, &own, sa);
-                b.score_items(None, &own, sb);
+                a.scores(&own, row, sa);
+                b.scores(&own, row, sb);
                 let v = hit(sa, hidden as usize, mine) as i8 - hit(sb, hidden as usize, mine) as i8;
                 own.iter().for_each(|&(j, _)| {
                     if j < n {
@@ -82,6 +84,110 @@ where
             },
         )
         .collect()
+}
+
+/// A list a user's hidden item is looked for in: scores every item from the user's rows
+/// other than the hidden one (`own`); `row` is the user's whole sampled row (with the
+/// hidden item), which a list may use only to take the user's own term out of what it
+/// was fitted on ([`LeaveUserOut`]).
+pub trait LooList: Sync {
+    fn n_items(&self) -> usize;
+    fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]);
+}
+
+impl<R: Ranker + ?Sized> LooList for R {
+    fn n_items(&self) -> usize {
+        Ranker::n_items(self)
+    }
+
+    fn scores(&self, own: &[(usize, f64)], _row: &[u32], out: &mut [f64]) {
+        self.score_items(None, own, out);
+    }
+}
+
+/// EASE on a Gram `G`, each user scored with the user's own term `x_u x_u^T` (the row
+/// over the candidates, clipped as the Gram's rows are) taken out of `G`: without it the
+/// hidden item's co-occurrence with the user's other items, which the user put in the
+/// Gram, favours EASE in sample. Sherman-Morrison on `P = (G + lambda I)^-1`:
+/// `P' = P + a y y^T` with `y = P x_u` and `a = 1 / (1 - x_u^T y)`, so a user costs
+/// `O(K |row|)`, as the plain list does. Where `1 - x_u^T y` is not positive (the
+/// noisy `G` minus the term would not be positive definite) the user is scored on `G`.
+/// The statistic stays a function of the published Gram and the user's own rows, so its
+/// bounds (a user moves the sum by 1, a rating by 2) are unchanged.
+pub struct LeaveUserOut<'a> {
+    ranker: &'a ItemRanker,
+    /// `P`, row-major `K x K` over the ranker's candidates.
+    p: &'a [f64],
+    /// The Gram's clip (`gram_clip`).
+    clip: f64,
+}
+
+impl<'a> LeaveUserOut<'a> {
+    /// `ranker` must be EASE over `P`'s candidates ([`ItemScorer::ItemItem`]).
+    pub fn new(ranker: &'a ItemRanker, p: &'a [f64], clip: f64) -> Result<Self, TrainError> {
+        let k = ranker.candidates.len();
+        if p.len() != k * k || !matches!(ranker.scorer, ItemScorer::ItemItem { .. }) {
+            return Err(crate::train::invalid(
+                "gram",
+                "leave-user-out needs EASE over the inverse's candidates",
+            ));
+        }
+        Ok(Self { ranker, p, clip })
+    }
+
+    /// `y = P x_u` and `a` for the user's whole row (`a = 0`: no correction).
+    fn correction(&self, row: &[u32]) -> (Vec<f64>, f64) {
+        let k = self.ranker.candidates.len();
+        let x: Vec<usize> = row
+            .iter()
+            .filter_map(|&j| self.ranker.position(j as usize))
+            .collect();
+        let mut y = vec![0.0; k];
+        if x.is_empty() {
+            return (y, 0.0);
+        }
+        let c = gram_weight(x.len(), self.clip).sqrt();
+        for &a in &x {
+            for (v, p) in y.iter_mut().zip(&self.p[a * k..(a + 1) * k]) {
+                *v += c * p;
+            }
+        }
+        let xy: f64 = x.iter().map(|&a| c * y[a]).sum();
+        let denom = 1.0 - xy;
+        (y, if denom > 1e-9 { 1.0 / denom } else { 0.0 })
+    }
+}
+
+impl LooList for LeaveUserOut<'_> {
+    fn n_items(&self) -> usize {
+        self.ranker.n_items
+    }
+
+    fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]) {
+        let k = self.ranker.candidates.len();
+        let (y, a) = self.correction(row);
+        // The row sums of B' = I - P' diag(1 / diag P') over the own positions.
+        let sums = |pos: &[usize], raw: &mut [f64]| {
+            let ys: f64 = pos.iter().map(|&i| y[i]).sum();
+            let mut col = vec![0.0; k];
+            for &i in pos {
+                for (c, p) in col.iter_mut().zip(&self.p[i * k..(i + 1) * k]) {
+                    *c += p;
+                }
+            }
+            let mut is_own = vec![false; k];
+            pos.iter().for_each(|&i| is_own[i] = true);
+            for j in 0..k {
+                let diag = self.p[j * k + j] + a * y[j] * y[j];
+                let mut s = col[j] + a * ys * y[j];
+                if is_own[j] {
+                    s -= diag;
+                }
+                raw[j] = -s / diag;
+            }
+        };
+        self.ranker.score_items_with(own, Some(&sums), out);
+    }
 }
 
 /// Whether `target` is among the top [`LOO_TOP`] of the items not in `mine` (ties count
@@ -115,7 +221,6 @@ pub fn select_rest_is_gram(prior: Option<&GramState>, explore: u64, margin: f64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
     use rand::Rng;
 
     /// The noise of `D` has sd `z_s`: 4,000 draws at a fixed seed, the sample sd within
@@ -306,5 +411,72 @@ mod tests {
         // Item 0 unliked (liked count 1 over [1, 0]): item 1 is hidden instead.
         let v = loo_values(&[vec![1, 0]], &[1], by, &down, &counts);
         assert_ne!(v, vec![-1]);
+    }
+
+    /// Sherman-Morrison is exact: a user's leave-user-out scores equal EASE refitted on the
+    /// Gram of the other users' clipped rows (same ridge), for random rows and both clips
+    /// (a row over the clip is scaled), and differ from EASE on the whole Gram (the
+    /// correction is not vacuous).
+    #[test]
+    fn leave_user_out_equals_ease_refitted_without_the_user() {
+        use crate::train::topn::dp_topn::{ease_inverse, ease_weights, gram};
+        let mut rng = crate::rng::seeded(11);
+        let (n, k, lambda) = (30usize, 20usize, 3.0);
+        let cand: Vec<u32> = (0..k as u32).collect();
+        let pop: Vec<f64> = (0..k).map(|j| (40 - j) as f64).collect();
+        let rows: Vec<Vec<u32>> = (0..40)
+            .map(|_| {
+                (0..n as u32)
+                    .filter(|_| rng.random::<f64>() < 0.25)
+                    .collect()
+            })
+            .collect();
+        let mut moved = 0;
+        for clip in [1.0, 2.0] {
+            let whole = gram(&rows, n, &cand, clip);
+            let p = ease_inverse(&whole, k, lambda).unwrap();
+            let b = ease_weights(&whole, k, lambda).unwrap();
+            let full = ItemRanker::new(
+                n,
+                cand.clone(),
+                pop.clone(),
+                ItemScorer::ItemItem { b },
+                0.3,
+            );
+            let luo = LeaveUserOut::new(&full, &p, clip).unwrap();
+            for u in 0..rows.len() {
+                let mut others = rows.clone();
+                others.remove(u);
+                let bu = ease_weights(&gram(&others, n, &cand, clip), k, lambda).unwrap();
+                let refit = ItemRanker::new(
+                    n,
+                    cand.clone(),
+                    pop.clone(),
+                    ItemScorer::ItemItem { b: bu },
+                    0.3,
+                );
+                // Hide the first row item, as the statistic hides one.
+                let own: Vec<(usize, f64)> =
+                    rows[u].iter().skip(1).map(|&j| (j as usize, 1.0)).collect();
+                let (mut got, mut want, mut plain) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+                luo.scores(&own, &rows[u], &mut got);
+                refit.score_items(None, &own, &mut want);
+                full.score_items(None, &own, &mut plain);
+                for j in 0..n {
+                    assert!(
+                        got[j] == want[j]
+                            || (got[j] - want[j]).abs() < 1e-9 * (1.0 + want[j].abs()),
+                        "clip {clip} user {u} item {j}: {} vs {}",
+                        got[j],
+                        want[j]
+                    );
+                }
+                moved += (0..n).any(|j| (got[j] - plain[j]).abs() > 1e-6) as u32;
+            }
+        }
+        assert!(
+            moved > 40,
+            "the correction moved only {moved} of 80 users' scores"
+        );
     }
 }
