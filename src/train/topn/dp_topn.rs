@@ -1196,6 +1196,20 @@ impl DpTopN {
         let prior_gram = self.prior_gram(data);
         let (branch, trace) = match (with_gram, self.split) {
             (false, _) => (None, None),
+            (true, Split::Select { .. }) if prior_gram.is_none() => {
+                // No selecting state yet: nothing to compare, so the steering share pays
+                // for the trace test instead (docs/privacy/dp-topn.md 2b).
+                let z_s = self.select_multiplier()?.unwrap_or(f64::INFINITY);
+                let (b, t) = self.trace_choice(
+                    &stats,
+                    &noisy,
+                    &candidates,
+                    Self::TRACE_TAU,
+                    z_s,
+                    &mut noise,
+                )?;
+                (Some(b), t)
+            }
             (true, Split::Select { .. }) => {
                 let b = self.select_rest(data, prior_gram, &noisy, sigma_count)?;
                 if let Some(held) = &b {
@@ -1332,9 +1346,10 @@ impl DpTopN {
     /// The selection statistic of a selecting release (after its counts and Gram): adds
     /// this release's Gram to the state, and draws `D = sum_u v_u + N(0, z_s^2)` from the
     /// noise stream with `v_u` from [`loo_values`] comparing EASE on the average with the
-    /// combined counts. Before any Gram was released there is nothing to compare: `D` is
-    /// still drawn (the share is spent whatever the data) but is pure noise and is not
-    /// added to the state.
+    /// combined counts. The first release of a state (no prior) draws no `D`: its
+    /// steering share paid for the trace test. Later, before any Gram was released there
+    /// is nothing to compare: `D` is still drawn (the share is spent whatever the data)
+    /// but is pure noise and is not added to the state.
     fn select_step(
         &self,
         data: &TrainData<'_>,
@@ -1364,6 +1379,10 @@ impl DpTopN {
             state.noise_var += step.sigma_gram * step.sigma_gram;
         }
         state.last_was_gram = released;
+        if step.prior.is_none() {
+            // The first release of a state spent the steering share on the trace.
+            return Ok(state);
+        }
         let combined = self.combined(data, step.counts, step.sigma_count)?.mean;
         let lists = self.select_lists_with_inverse(&state, &combined, step.sigma_count)?;
         let sum: i64 = match &lists.0 {
@@ -1404,7 +1423,7 @@ impl DpTopN {
             "n": n,
             "sigma": if n > 0 { state.select_var.sqrt() / n as f64 } else { 0.0 },
             "grams": state.grams,
-            "decision": if state.grams > 0 && state.favours_gram(margin) {
+            "decision": if state.serves_gram(margin) {
                 "ease"
             } else {
                 "counts"
@@ -1518,6 +1537,26 @@ impl DpTopN {
         else {
             return Ok((self.split, None));
         };
+        self.trace_choice(stats, noisy, candidates, tau, z_t, noise)
+    }
+
+    /// The default split's `tau`, which a selecting release without a state uses.
+    const TRACE_TAU: f64 = match Split::DEFAULT {
+        Split::Adaptive { tau, .. } => tau,
+        _ => 0.0,
+    };
+
+    /// The trace test at multiplier `z_t`: the Gram when the noisy trace reaches `tau`
+    /// noise edges of the Gram's noise, else counts; and its public record.
+    fn trace_choice(
+        &self,
+        stats: &Stats<'_>,
+        noisy: &[f64],
+        candidates: &[u32],
+        tau: f64,
+        z_t: f64,
+        noise: &mut DpRng,
+    ) -> Result<(Split, Option<serde_json::Value>), TrainError> {
         let (_, _, z_g) = self.multipliers()?;
         let g2 = self.contribution.gram_clip * self.contribution.gram_clip;
         let exact = stats
@@ -1886,7 +1925,7 @@ impl DpTopN {
         let (ease, counts) = self.select_lists(&state, &h.mean, rel.sigma_count)?;
         let avg = state.average();
         let (ranker, served) = match (ease, avg) {
-            (Some(e), Some(avg)) if state.favours_gram(margin) => (e, Some(avg)),
+            (Some(e), Some(avg)) if state.serves_gram(margin) => (e, Some(avg)),
             _ => (counts, None),
         };
         let (gram, sigma_gram) = served.unwrap_or((Vec::new(), f64::INFINITY));
@@ -2395,6 +2434,68 @@ mod tests {
             items[..20].iter().for_each(|&j| r.push(u, j, 4.0));
         }
         r
+    }
+
+    /// A selecting release without a state spends the steering share on the trace test at
+    /// `z_s = z / sqrt(select_share)` and draws no difference. The trace's noise: 1,500
+    /// first releases of a small store, (noisy - exact) / (z_s gram_clip^2) has sample sd
+    /// within 6% of 1 (the estimate's relative sd is 1.8%, so 3.3 sd; seeds fixed); 0.9x
+    /// and 1.1x scales are outside. On two strong taste groups at a large budget the trace
+    /// picks the Gram at once and EASE is served from the first release; the second
+    /// release (counts, exploring) draws the first difference.
+    #[test]
+    fn select_split_first_release_steers_by_the_trace() {
+        let r = synthetic(400, 50, 10);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&[
+            "split=select",
+            "eps=5",
+            "releases=1",
+            "threshold=0",
+            "gram_clip=2",
+        ]);
+        let z_s = t.select_multiplier().unwrap().unwrap();
+        assert!((z_s - plan_z(5.0, 1) / 0.05f64.sqrt()).abs() < 1e-9);
+        let rows: Vec<Vec<u32>> = (0..m.n_users)
+            .map(|u| m.by_user.row(u).0.to_vec())
+            .collect();
+        let mut dev = Vec::new();
+        for seed in 0..1500u64 {
+            let f = t.fit(&data, &mut crate::rng::seeded(seed)).unwrap();
+            let params = &f.charges.mechanisms[0].params;
+            let trace = &params["trace"];
+            assert!((trace["sigma"].as_f64().unwrap() - z_s * 4.0).abs() < 1e-9);
+            assert_eq!(params["select"]["n"], 0);
+            let cands: Vec<u32> = (0..50).collect();
+            let exact = gram_trace(&rows, 50, &cands, 2.0);
+            dev.push((trace["noisy_trace"].as_f64().unwrap() - exact) / (z_s * 4.0));
+        }
+        let sd = (dev.iter().map(|x| x * x).sum::<f64>() / dev.len() as f64).sqrt();
+        for (scale, ok) in [(1.0, true), (0.9, false), (1.1, false)] {
+            assert_eq!(
+                (sd / scale - 1.0).abs() < 0.06,
+                ok,
+                "trace sd {sd} at {scale}x"
+            );
+        }
+
+        let taste = taste_or_noise(true, &mut crate::rng::seeded(5));
+        let m = Interactions::new(&taste);
+        let data = TrainData::new(&taste, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["split=select", "eps=50", "releases=1"]);
+        let (trail, f) = select_run(&t, &data, 1, 1);
+        assert_eq!(trail, "G");
+        assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
+        let select = &f.charges.mechanisms[0].params["select"];
+        assert_eq!(
+            (&select["n"], &select["decision"]),
+            (&0.into(), &"ease".into())
+        );
+        let (trail, f) = select_run(&t, &data, 2, 1);
+        assert_eq!(trail, "Gc");
+        assert_eq!(f.charges.mechanisms[0].params["select"]["n"], 1);
+        assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
     }
 
     /// Two strong taste groups: after exploring (c G c G ...), the difference favours EASE

@@ -99,6 +99,13 @@ impl GramState {
     pub fn favours_gram(&self, margin: f64) -> bool {
         self.select_n > 0 && self.select_sum > margin * self.select_var.sqrt()
     }
+
+    /// Whether the served list is EASE on the average: a Gram is in and either the
+    /// combined difference favours it or no difference is drawn yet (the state's first
+    /// Gram, chosen by the trace test).
+    pub fn serves_gram(&self, margin: f64) -> bool {
+        self.grams > 0 && (self.select_n == 0 || self.favours_gram(margin))
+    }
 }
 
 /// The drift ratio of a plan of `releases` releases: `1 / T`.
