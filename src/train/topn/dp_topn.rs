@@ -47,9 +47,7 @@ use crate::train::charges::{
 };
 use crate::train::topn::history::{drift_for, CountHistory, GramState};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
-use crate::train::topn::selection::{
-    loo_values, noised_difference, select_rest_is_gram, LeaveUserOut,
-};
+use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram, ListHits};
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
 };
@@ -1389,13 +1387,13 @@ impl DpTopN {
             Some((ease, p)) => {
                 let digest =
                     |u: usize, j: u32| step.key.digest(&user_label(data, u), &item_label(data, j));
-                let ease = LeaveUserOut::new(ease, p, self.contribution.gram_clip)?;
+                let ease = ListHits::leave_user_out(ease, p, self.contribution.gram_clip)?;
                 loo_values(
                     &step.sample.rows,
                     &step.sample.liked,
                     digest,
                     &ease,
-                    &lists.1,
+                    &ListHits::plain(&lists.1),
                 )
                 .iter()
                 .map(|&v| v as i64)

@@ -320,7 +320,7 @@ impl ItemRanker {
     /// [`Ranker::score_items`] with the item-item sums `sum_{a in pos} B[a, :]` over the
     /// own candidate positions `pos` written by `item_item` instead of read from the
     /// stored `B` (the selection statistic's leave-user-out weights,
-    /// [`crate::train::topn::selection::LeaveUserOut`]); other scorers ignore it.
+    /// [`crate::train::topn::selection::ListHits`]); other scorers ignore it.
     pub fn score_items_with(
         &self,
         own: &[(usize, f64)],
@@ -328,6 +328,29 @@ impl ItemRanker {
         out: &mut [f64],
     ) {
         out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
+        let Some(cand) = self.candidate_scores(own, item_item) else {
+            // Not personal: the DP counts order the whole catalogue.
+            out.copy_from_slice(&self.fill);
+            return;
+        };
+        for (a, &j) in self.candidates.iter().enumerate() {
+            if let Some(o) = out.get_mut(j as usize) {
+                *o = cand[a];
+            }
+        }
+        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
+        self.fill_outside(if lowest.is_finite() { lowest } else { 0.0 }, out);
+    }
+
+    /// The scores of the candidates (aligned with `candidates`) as
+    /// [`ItemRanker::score_items_with`] writes them; every other item scores below all of
+    /// them, in the order of `fill` (or `-inf` without it). `None` when the list is not
+    /// personal and has `fill`: then `fill` orders the whole catalogue.
+    pub fn candidate_scores(
+        &self,
+        own: &[(usize, f64)],
+        item_item: Option<&ItemItemSums<'_>>,
+    ) -> Option<Vec<f64>> {
         let pos = self.own_positions(own);
         let k = self.candidates.len();
         let mut cand = vec![0.0; k];
@@ -370,19 +393,11 @@ impl ItemRanker {
                 *s += self.pop_weight * p / self.pop_max;
             }
         } else if !self.fill.is_empty() {
-            // Not personal: the DP counts order the whole catalogue.
-            out.copy_from_slice(&self.fill);
-            return;
+            return None;
         } else {
             cand.copy_from_slice(&self.popularity);
         }
-        for (a, &j) in self.candidates.iter().enumerate() {
-            if let Some(o) = out.get_mut(j as usize) {
-                *o = cand[a];
-            }
-        }
-        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
-        self.fill_outside(if lowest.is_finite() { lowest } else { 0.0 }, out);
+        Some(cand)
     }
 
     /// Candidate positions of the user's own rated items.

@@ -14,7 +14,6 @@ use rayon::prelude::*;
 
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
-use crate::train::ranker::Ranker;
 use crate::train::topn::history::GramState;
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use crate::train::topn::suffstats::gram_weight;
@@ -31,8 +30,8 @@ pub fn loo_values<D>(
     rows: &[Vec<u32>],
     liked: &[u32],
     digest: D,
-    a: &dyn LooList,
-    b: &dyn LooList,
+    a: &ListHits<'_>,
+    b: &ListHits<'_>,
 ) -> Vec<i8>
 where
     D: Fn(usize, u32) -> [u8; 32] + Sync,
@@ -40,91 +39,78 @@ where
     let n = a.n_items().min(b.n_items());
     rows.par_iter()
         .enumerate()
-        .map_init(
-            || {
-                (
-                    vec![0.0; a.n_items()],
-                    vec![0.0; b.n_items()],
-                    vec![false; n],
-                )
-            },
-            |(sa, sb, mine), (u, row)| {
-                let n_liked = liked.get(u).map_or(row.len(), |&l| l as usize);
-                if row.len() < 2 || n_liked == 0 {
-                    return 0;
-                }
-                let Some(&hidden) = row[..n_liked.min(row.len())]
-                    .iter()
-                    .min_by_key(|&&j| digest(u, j))
-                else {
-                    return 0;
-                };
-                if hidden as usize >= n {
-                    return 0;
-                }
-                let own: Vec<(usize, f64)> = row
-                    .iter()
-                    .filter(|&&j| j != hidden)
-                    .map(|&j| (j as usize, 1.0))
-                    .collect();
-                own.iter().for_each(|&(j, _)| {
-                    if j < n {
-                        mine[j] = true
-                    }
-                });
-                a.scores(&own, row, sa);
-                b.scores(&own, row, sb);
-                let v = hit(sa, hidden as usize, mine) as i8 - hit(sb, hidden as usize, mine) as i8;
-                own.iter().for_each(|&(j, _)| {
-                    if j < n {
-                        mine[j] = false
-                    }
-                });
-                v
-            },
-        )
+        .map(|(u, row)| {
+            let n_liked = liked.get(u).map_or(row.len(), |&l| l as usize);
+            if row.len() < 2 || n_liked == 0 {
+                return 0;
+            }
+            let Some(&hidden) = row[..n_liked.min(row.len())]
+                .iter()
+                .min_by_key(|&&j| digest(u, j))
+            else {
+                return 0;
+            };
+            if hidden as usize >= n {
+                return 0;
+            }
+            let own: Vec<(usize, f64)> = row
+                .iter()
+                .filter(|&&j| j != hidden && (j as usize) < n)
+                .map(|&j| (j as usize, 1.0))
+                .collect();
+            let t = hidden as usize;
+            a.hit(&own, row, t) as i8 - b.hit(&own, row, t) as i8
+        })
         .collect()
 }
 
-/// A list a user's hidden item is looked for in: scores every item from the user's rows
-/// other than the hidden one (`own`); `row` is the user's whole sampled row (with the
-/// hidden item), which a list may use only to take the user's own term out of what it
-/// was fitted on ([`LeaveUserOut`]).
-pub trait LooList: Sync {
-    fn n_items(&self) -> usize;
-    fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]);
-}
-
-impl<R: Ranker + ?Sized> LooList for R {
-    fn n_items(&self) -> usize {
-        Ranker::n_items(self)
-    }
-
-    fn scores(&self, own: &[(usize, f64)], _row: &[u32], out: &mut [f64]) {
-        self.score_items(None, own, out);
-    }
-}
-
-/// EASE on a Gram `G`, each user scored with the user's own term `x_u x_u^T` (the row
-/// over the candidates, clipped as the Gram's rows are) taken out of `G`: without it the
-/// hidden item's co-occurrence with the user's other items, which the user put in the
-/// Gram, favours EASE in sample. Sherman-Morrison on `P = (G + lambda I)^-1`:
-/// `P' = P + a y y^T` with `y = P x_u` and `a = 1 / (1 - x_u^T y)`, so a user costs
-/// `O(K |row|)`, as the plain list does. Where `1 - x_u^T y` is not positive (the
-/// noisy `G` minus the term would not be positive definite) the user is scored on `G`.
-/// The statistic stays a function of the published Gram and the user's own rows, so its
-/// bounds (a user moves the sum by 1, a rating by 2) are unchanged.
-pub struct LeaveUserOut<'a> {
+/// A list a user's hidden item is looked for in, as the service would list it from the
+/// user's other rows (`own`): an [`ItemRanker`], optionally scored leave-user-out (EASE
+/// with the user's own term `x_u x_u^T` taken out of the Gram it was fitted on, from the
+/// user's whole sampled row). Holds the `fill` order, computed once, so that a hit costs
+/// `O(K + |own|)` instead of a pass over the catalogue.
+///
+/// Leave-user-out: scored in sample, the hidden item's co-occurrence with the user's other
+/// items, which the user put in the Gram, favours EASE. Sherman-Morrison on
+/// `P = (G + lambda I)^-1` (the row clipped as the Gram's rows are): `P' = P + a y y^T`
+/// with `y = P x_u` and `a = 1 / (1 - x_u^T y)`, `O(K |row|)` a user. Where
+/// `1 - x_u^T y` is not positive (the noisy `G` minus the term would not be positive
+/// definite) the user is scored on `G`. The statistic stays a function of the published
+/// Gram and the user's own rows, so its bounds (a user moves the sum by 1, a rating by 2)
+/// are unchanged.
+pub struct ListHits<'a> {
     ranker: &'a ItemRanker,
-    /// `P`, row-major `K x K` over the ranker's candidates.
-    p: &'a [f64],
-    /// The Gram's clip (`gram_clip`).
-    clip: f64,
+    /// `P` (row-major `K x K` over the ranker's candidates) and the Gram's clip, for
+    /// leave-user-out scoring.
+    inverse: Option<(&'a [f64], f64)>,
+    /// Per item, how many items have a strictly larger `fill`: over the catalogue, and
+    /// over the items outside the candidates.
+    above_all: Vec<u32>,
+    above_outside: Vec<u32>,
 }
 
-impl<'a> LeaveUserOut<'a> {
-    /// `ranker` must be EASE over `P`'s candidates ([`ItemScorer::ItemItem`]).
-    pub fn new(ranker: &'a ItemRanker, p: &'a [f64], clip: f64) -> Result<Self, TrainError> {
+impl<'a> ListHits<'a> {
+    /// The list as served.
+    pub fn plain(ranker: &'a ItemRanker) -> Self {
+        let n = ranker.fill.len();
+        let above_all = strictly_above(&ranker.fill, &vec![true; n]);
+        let outside: Vec<bool> = (0..n).map(|j| ranker.position(j).is_none()).collect();
+        let above_outside = strictly_above(&ranker.fill, &outside);
+        Self {
+            ranker,
+            inverse: None,
+            above_all,
+            above_outside,
+        }
+    }
+
+    /// EASE scored leave-user-out: `ranker` must be EASE over `P`'s candidates
+    /// ([`ItemScorer::ItemItem`]), `clip` the Gram's `gram_clip`.
+    pub fn leave_user_out(
+        ranker: &'a ItemRanker,
+        p: &'a [f64],
+        clip: f64,
+    ) -> Result<Self, TrainError> {
         let k = ranker.candidates.len();
         if p.len() != k * k || !matches!(ranker.scorer, ItemScorer::ItemItem { .. }) {
             return Err(crate::train::invalid(
@@ -132,11 +118,48 @@ impl<'a> LeaveUserOut<'a> {
                 "leave-user-out needs EASE over the inverse's candidates",
             ));
         }
-        Ok(Self { ranker, p, clip })
+        Ok(Self {
+            inverse: Some((p, clip)),
+            ..Self::plain(ranker)
+        })
+    }
+
+    pub fn n_items(&self) -> usize {
+        self.ranker.n_items
+    }
+
+    /// The candidates' scores for a user (`None`: `fill` orders the catalogue).
+    fn candidate_scores(&self, own: &[(usize, f64)], row: &[u32]) -> Option<Vec<f64>> {
+        let Some((p, clip)) = self.inverse else {
+            return self.ranker.candidate_scores(own, None);
+        };
+        let k = self.ranker.candidates.len();
+        let (y, a) = self.correction(p, clip, row);
+        // The row sums of B' = I - P' diag(1 / diag P') over the own positions.
+        let sums = |pos: &[usize], raw: &mut [f64]| {
+            let ys: f64 = pos.iter().map(|&i| y[i]).sum();
+            let mut col = vec![0.0; k];
+            for &i in pos {
+                for (c, v) in col.iter_mut().zip(&p[i * k..(i + 1) * k]) {
+                    *c += v;
+                }
+            }
+            let mut is_own = vec![false; k];
+            pos.iter().for_each(|&i| is_own[i] = true);
+            for j in 0..k {
+                let diag = p[j * k + j] + a * y[j] * y[j];
+                let mut s = col[j] + a * ys * y[j];
+                if is_own[j] {
+                    s -= diag;
+                }
+                raw[j] = -s / diag;
+            }
+        };
+        self.ranker.candidate_scores(own, Some(&sums))
     }
 
     /// `y = P x_u` and `a` for the user's whole row (`a = 0`: no correction).
-    fn correction(&self, row: &[u32]) -> (Vec<f64>, f64) {
+    fn correction(&self, p: &[f64], clip: f64, row: &[u32]) -> (Vec<f64>, f64) {
         let k = self.ranker.candidates.len();
         let x: Vec<usize> = row
             .iter()
@@ -146,52 +169,103 @@ impl<'a> LeaveUserOut<'a> {
         if x.is_empty() {
             return (y, 0.0);
         }
-        let c = gram_weight(x.len(), self.clip).sqrt();
+        let c = gram_weight(x.len(), clip).sqrt();
         for &a in &x {
-            for (v, p) in y.iter_mut().zip(&self.p[a * k..(a + 1) * k]) {
-                *v += c * p;
+            for (v, q) in y.iter_mut().zip(&p[a * k..(a + 1) * k]) {
+                *v += c * q;
             }
         }
         let xy: f64 = x.iter().map(|&a| c * y[a]).sum();
         let denom = 1.0 - xy;
         (y, if denom > 1e-9 { 1.0 / denom } else { 0.0 })
     }
-}
 
-impl LooList for LeaveUserOut<'_> {
-    fn n_items(&self) -> usize {
-        self.ranker.n_items
+    /// Every item's score for the user, as the served list computes them.
+    pub fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]) {
+        out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
+        let Some(cand) = self.candidate_scores(own, row) else {
+            out.copy_from_slice(&self.ranker.fill);
+            return;
+        };
+        for (a, &j) in self.ranker.candidates.iter().enumerate() {
+            out[j as usize] = cand[a];
+        }
+        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
+        let fill = &self.ranker.fill;
+        if fill.is_empty() {
+            return;
+        }
+        // Below every candidate, in fill order (as ItemRanker::fill_outside).
+        let (lo, hi) = fill
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+                (a.min(x), b.max(x))
+            });
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        let base = if lowest.is_finite() { lowest } else { 0.0 };
+        for (j, o) in out.iter_mut().enumerate() {
+            if self.ranker.position(j).is_none() {
+                *o = base - 2.0 + (fill[j] - lo) / span;
+            }
+        }
     }
 
-    fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]) {
-        let k = self.ranker.candidates.len();
-        let (y, a) = self.correction(row);
-        // The row sums of B' = I - P' diag(1 / diag P') over the own positions.
-        let sums = |pos: &[usize], raw: &mut [f64]| {
-            let ys: f64 = pos.iter().map(|&i| y[i]).sum();
-            let mut col = vec![0.0; k];
-            for &i in pos {
-                for (c, p) in col.iter_mut().zip(&self.p[i * k..(i + 1) * k]) {
-                    *c += p;
+    /// Whether `target` is among the top [`LOO_TOP`] of the items outside `own` (ties
+    /// count for the target): [`hit`] on [`ListHits::scores`], from the candidates'
+    /// scores and the `fill` order alone.
+    pub fn hit(&self, own: &[(usize, f64)], row: &[u32], target: usize) -> bool {
+        let fill = &self.ranker.fill;
+        let above_in_fill = |above: &[u32], outside_only: bool| {
+            let t = fill[target];
+            let own_above = own
+                .iter()
+                .filter(|&&(j, _)| {
+                    fill[j] > t && (!outside_only || self.ranker.position(j).is_none())
+                })
+                .count();
+            above[target] as usize - own_above
+        };
+        let above = match self.candidate_scores(own, row) {
+            None => above_in_fill(&self.above_all, false),
+            Some(cand) => {
+                let mut own_cand = vec![false; cand.len()];
+                own.iter()
+                    .filter_map(|&(j, _)| self.ranker.position(j))
+                    .for_each(|a| own_cand[a] = true);
+                match self.ranker.position(target) {
+                    Some(pt) => (0..cand.len())
+                        .filter(|&a| a != pt && !own_cand[a] && cand[a] > cand[pt])
+                        .count(),
+                    None => {
+                        let others = own_cand.iter().filter(|&&o| !o).count();
+                        let outside = if fill.is_empty() {
+                            0
+                        } else {
+                            above_in_fill(&self.above_outside, true)
+                        };
+                        others + outside
+                    }
                 }
-            }
-            let mut is_own = vec![false; k];
-            pos.iter().for_each(|&i| is_own[i] = true);
-            for j in 0..k {
-                let diag = self.p[j * k + j] + a * y[j] * y[j];
-                let mut s = col[j] + a * ys * y[j];
-                if is_own[j] {
-                    s -= diag;
-                }
-                raw[j] = -s / diag;
             }
         };
-        self.ranker.score_items_with(own, Some(&sums), out);
+        above < LOO_TOP
     }
+}
+
+/// Per item of `values`, how many items marked in `counted` have a strictly larger value.
+fn strictly_above(values: &[f64], counted: &[bool]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..values.len()).filter(|&j| counted[j]).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
+    let sorted: Vec<f64> = order.iter().map(|&j| values[j]).collect();
+    values
+        .iter()
+        .map(|v| sorted.partition_point(|x| x > v) as u32)
+        .collect()
 }
 
 /// Whether `target` is among the top [`LOO_TOP`] of the items not in `mine` (ties count
-/// for the target).
+/// for the target): the reference the fast [`ListHits::hit`] is tested against.
+#[cfg(test)]
 fn hit(scores: &[f64], target: usize, mine: &[bool]) -> bool {
     let t = scores[target];
     let above = (0..mine.len())
@@ -221,6 +295,7 @@ pub fn select_rest_is_gram(prior: Option<&GramState>, explore: u64, margin: f64)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::ranker::Ranker;
     use rand::Rng;
 
     /// The noise of `D` has sd `z_s`: 4,000 draws at a fixed seed, the sample sd within
@@ -278,10 +353,16 @@ mod tests {
     fn total(rows: &[Vec<u32>], a: &ItemRanker, b: &ItemRanker) -> i64 {
         let mut rows = rows.to_vec();
         let liked = split_liked(&mut rows);
-        loo_values(&rows, &liked, digest, a, b)
-            .iter()
-            .map(|&v| v as i64)
-            .sum()
+        loo_values(
+            &rows,
+            &liked,
+            digest,
+            &ListHits::plain(a),
+            &ListHits::plain(b),
+        )
+        .iter()
+        .map(|&v| v as i64)
+        .sum()
     }
 
     /// On random small data: every `v_u` is in {-1, 0, 1}, removing a user moves the sum
@@ -302,7 +383,13 @@ mod tests {
                 .collect();
             let mut sorted = rows.clone();
             let liked = split_liked(&mut sorted);
-            let v = loo_values(&sorted, &liked, digest, &a, &b);
+            let v = loo_values(
+                &sorted,
+                &liked,
+                digest,
+                &ListHits::plain(&a),
+                &ListHits::plain(&b),
+            );
             assert!(v.iter().all(|x| (-1..=1).contains(x)));
             let base = total(&rows, &a, &b);
             for u in 0..rows.len() {
@@ -372,11 +459,12 @@ mod tests {
         let mut rng = crate::rng::seeded(2);
         let (a, b) = lists(&mut rng);
         // Identical lists: every v is 0 whoever counts.
-        assert!(loo_values(&[vec![1, 2, 4]], &[], digest, &a, &a)
+        let (pa, pb) = (ListHits::plain(&a), ListHits::plain(&b));
+        assert!(loo_values(&[vec![1, 2, 4]], &[], digest, &pa, &pa)
             .iter()
             .all(|&v| v == 0));
         // Only unliked rows (liked count 0), or a single row: 0 against any list.
-        let v = loo_values(&[vec![3, 6], vec![1]], &[0, 1], digest, &a, &b);
+        let v = loo_values(&[vec![3, 6], vec![1]], &[0, 1], digest, &pa, &pb);
         assert_eq!(v, vec![0, 0]);
         // The hidden item: an item the counts list ranks first (item 0 is the top of
         // the popularity order) and the other list cannot reach (weights from item 1
@@ -405,11 +493,23 @@ mod tests {
             d
         };
         assert_eq!(
-            loo_values(&[vec![0, 1]], &[2], by, &down, &counts),
+            loo_values(
+                &[vec![0, 1]],
+                &[2],
+                by,
+                &ListHits::plain(&down),
+                &ListHits::plain(&counts)
+            ),
             vec![-1]
         );
         // Item 0 unliked (liked count 1 over [1, 0]): item 1 is hidden instead.
-        let v = loo_values(&[vec![1, 0]], &[1], by, &down, &counts);
+        let v = loo_values(
+            &[vec![1, 0]],
+            &[1],
+            by,
+            &ListHits::plain(&down),
+            &ListHits::plain(&counts),
+        );
         assert_ne!(v, vec![-1]);
     }
 
@@ -443,7 +543,7 @@ mod tests {
                 ItemScorer::ItemItem { b },
                 0.3,
             );
-            let luo = LeaveUserOut::new(&full, &p, clip).unwrap();
+            let luo = ListHits::leave_user_out(&full, &p, clip).unwrap();
             for u in 0..rows.len() {
                 let mut others = rows.clone();
                 others.remove(u);
@@ -478,5 +578,95 @@ mod tests {
             moved > 40,
             "the correction moved only {moved} of 80 users' scores"
         );
+    }
+
+    /// The fast hit (candidates' scores and the `fill` order) equals the scan over every
+    /// item's score, on random lists: with and without `fill`, popularity and item-item,
+    /// plain and leave-user-out, with targets inside and outside the candidates, tied
+    /// fills, and users who own most candidates (fewer than 10 others left).
+    #[test]
+    fn fast_hit_equals_the_scan_over_all_scores() {
+        use crate::train::topn::dp_topn::{ease_inverse, ease_weights, gram};
+        let mut rng = crate::rng::seeded(21);
+        let (n, k) = (40usize, 16usize);
+        let (mut checked, mut hits) = (0, 0);
+        for round in 0..30 {
+            let cand: Vec<u32> = {
+                let mut c: Vec<u32> = (0..n as u32).collect();
+                use rand::seq::SliceRandom;
+                c.shuffle(&mut rng);
+                c.truncate(k);
+                c
+            };
+            let pop: Vec<f64> = (0..k).map(|_| rng.random_range(0..20) as f64).collect();
+            // Fill with ties (integer values).
+            let fill: Vec<f64> = (0..n).map(|_| rng.random_range(0..8) as f64).collect();
+            let rows: Vec<Vec<u32>> = (0..30)
+                .map(|_| {
+                    (0..n as u32)
+                        .filter(|_| rng.random::<f64>() < 0.3)
+                        .collect()
+                })
+                .collect();
+            let g = gram(&rows, n, &cand, 1.0);
+            let p = ease_inverse(&g, k, 2.0).unwrap();
+            let b = ease_weights(&g, k, 2.0).unwrap();
+            let with_fill = round % 3 != 0;
+            let mk = |scorer: ItemScorer| {
+                let r = ItemRanker::new(n, cand.clone(), pop.clone(), scorer, 0.5);
+                if with_fill {
+                    r.with_fill(fill.clone())
+                } else {
+                    r
+                }
+            };
+            let ease = mk(ItemScorer::ItemItem { b });
+            let counts = mk(ItemScorer::Popularity);
+            let lists = [
+                ListHits::plain(&ease),
+                ListHits::plain(&counts),
+                ListHits::leave_user_out(&ease, &p, 1.0).unwrap(),
+            ];
+            for _ in 0..20 {
+                // A user who owns a random share (up to all but 2) of the candidates.
+                let share = rng.random::<f64>();
+                let row: Vec<u32> = (0..n as u32)
+                    .filter(|j| {
+                        let in_cand = cand.contains(j);
+                        rng.random::<f64>() < if in_cand { share } else { 0.2 }
+                    })
+                    .collect();
+                if row.len() < 2 {
+                    continue;
+                }
+                let target = row[rng.random_range(0..row.len())] as usize;
+                let own: Vec<(usize, f64)> = row
+                    .iter()
+                    .filter(|&&j| j as usize != target)
+                    .map(|&j| (j as usize, 1.0))
+                    .collect();
+                let mut mine = vec![false; n];
+                own.iter().for_each(|&(j, _)| mine[j] = true);
+                let mut scores = vec![0.0; n];
+                for l in &lists {
+                    l.scores(&own, &row, &mut scores);
+                    let want = hit(&scores, target, &mine);
+                    assert_eq!(l.hit(&own, &row, target), want, "round {round}");
+                    checked += 1;
+                    hits += want as u32;
+                }
+            }
+        }
+        assert!(
+            checked > 1000 && hits > 100 && hits < checked - 100,
+            "{hits} of {checked}"
+        );
+        // The plain list's scores are the ranker's own.
+        let r = ItemRanker::new(5, vec![1, 3], vec![2.0, 1.0], ItemScorer::Popularity, 0.0)
+            .with_fill(vec![0.5, 3.0, 0.2, 1.0, 0.9]);
+        let (mut a, mut b) = (vec![0.0; 5], vec![0.0; 5]);
+        ListHits::plain(&r).scores(&[(3, 1.0)], &[3], &mut a);
+        r.score_items(None, &[(3, 1.0)], &mut b);
+        assert_eq!(a, b);
     }
 }
