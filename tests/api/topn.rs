@@ -273,10 +273,11 @@ async fn similar_items_of_a_popular_item_are_not_ties(url: &str) {
 }
 both_backends!(similar_items_of_a_popular_item_are_not_ties);
 
-/// Under the default (adaptive) split a small store's release spends the rest of its
-/// budget on a second count release: the public mechanism record names the branch and
-/// the trace's scale but not the noisy trace (a float-noised value), and the served list
-/// is the DP-count order for everyone (the similar items say `popularity`).
+/// Under the default (selecting) split a small store's first release has no state yet:
+/// it spends the steering share on the trace test, which sends the rest to a second count
+/// release; the public mechanism record names the branch, the trace's scale and the
+/// selection's count (none drawn yet) but not the noisy trace (a float-noised value), and
+/// the served list is the DP-count order for everyone (the similar items say `popularity`).
 async fn default_split_on_a_small_store_serves_dp_popularity(url: &str) {
     let mut settings = topn_settings(url);
     settings.trainer.params.remove("split");
@@ -289,8 +290,10 @@ async fn default_split_on_a_small_store_serves_dp_popularity(url: &str) {
     let (st, m) = app.get("/v1/models/current", PUBLIC).await;
     assert_eq!(st, 200, "{m}");
     let mech = &m["release"]["mechanisms"][0];
-    assert_eq!(mech["name"], "dp-topn-counts+trace+counts", "{m}");
+    assert_eq!(mech["name"], "dp-topn-counts+select+counts", "{m}");
     assert_eq!(mech["params"]["spent_on"], "counts", "{m}");
+    assert_eq!(mech["params"]["select"]["n"], 0, "{m}");
+    assert_eq!(mech["params"]["select"]["decision"], "counts", "{m}");
     assert!(
         mech["params"]["trace"]["edge"].as_f64().unwrap() > 0.0,
         "{m}"

@@ -801,8 +801,14 @@ pub enum Split {
 }
 
 impl Split {
-    /// The default rule: docs/EVALUATION.md, "Every shape of data".
-    pub const DEFAULT: Split = Split::Adaptive {
+    /// The default rule (since 2026-11-28): the selecting split, docs/EVALUATION.md,
+    /// "The selecting rule as the default".
+    pub const DEFAULT: Split = Split::SELECT;
+
+    /// The adaptive rule (the default 2026-11-24..28): docs/EVALUATION.md, "Every shape of
+    /// data". A selecting release keeps its rating-level multiplier and, without a state,
+    /// its trace test.
+    pub const ADAPTIVE: Split = Split::Adaptive {
         tau: 160.0,
         trace_share: 0.02,
     };
@@ -828,7 +834,7 @@ impl Split {
             p.get_str("select_margin"),
             p.get_str("select_edges"),
         );
-        Ok(match p.get_str("split").unwrap_or("adaptive") {
+        Ok(match p.get_str("split").unwrap_or("select") {
             "gram" => Split::Gram,
             "counts" => Split::Counts,
             "select" => {
@@ -849,8 +855,8 @@ impl Split {
                 }
             }
             "adaptive" => {
-                let Split::Adaptive { tau, trace_share } = Split::DEFAULT else {
-                    unreachable!("the default split is adaptive")
+                let Split::Adaptive { tau, trace_share } = Split::ADAPTIVE else {
+                    unreachable!("the adaptive settings are adaptive")
                 };
                 Split::Adaptive {
                     tau: p.non_negative("tau", tau)?,
@@ -1040,8 +1046,8 @@ impl DpTopN {
 
     /// The user-level shares `(counts, rest)` of a release (the steering step takes
     /// [`Split::steering_share`]). A selecting release keeps the rating-level multiplier
-    /// of the default split at the same `count_share` (so that a rating the default lets
-    /// take full part still does, and is not RSM-sampled): its statistic costs four times
+    /// of the adaptive split at the same `count_share` (so that a rating at the service's
+    /// default `eps_ij` takes full part, and is not RSM-sampled): its statistic costs four times
     /// its share at the rating level (sensitivity 2 against 1), so the rest takes what the
     /// rating level leaves and the counts, cheap at the rating level, take the remaining
     /// user-level share (docs/privacy/dp-topn.md 2b). Where that has no solution above
@@ -1054,8 +1060,8 @@ impl DpTopN {
         };
         let k = &self.contribution;
         let (count_loss, rest_loss) = rating_losses_per_share(k);
-        let Split::Adaptive { trace_share: t, .. } = Split::DEFAULT else {
-            unreachable!("the default split is adaptive")
+        let Split::Adaptive { trace_share: t, .. } = Split::ADAPTIVE else {
+            unreachable!("the adaptive settings are adaptive")
         };
         let target = adaptive_rating_multiplier(
             1.0 / c.sqrt(),
@@ -1539,7 +1545,7 @@ impl DpTopN {
     }
 
     /// The default split's `tau`, which a selecting release without a state uses.
-    const TRACE_TAU: f64 = match Split::DEFAULT {
+    const TRACE_TAU: f64 = match Split::ADAPTIVE {
         Split::Adaptive { tau, .. } => tau,
         _ => 0.0,
     };
@@ -1951,7 +1957,7 @@ impl DpTopN {
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
-    use rand::seq::SliceRandom;
+    use rand::seq::{IndexedRandom, SliceRandom};
 
     /// A Gram over 6 candidates with eigenvalues 100 and 40 (orthonormal directions) and
     /// 0 elsewhere, released with entry noise sd `sigma` (the noise itself left out).
@@ -2144,7 +2150,13 @@ mod tests {
         let r = synthetic(400, 50, 10);
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        let t = trainer(&["eps=5", "releases=1", "threshold=0", "gram_clip=2"]);
+        let t = trainer(&[
+            "eps=5",
+            "releases=1",
+            "threshold=0",
+            "gram_clip=2",
+            "split=adaptive",
+        ]);
         let z = plan_z(5.0, 1);
         let z_t = z / 0.02f64.sqrt();
         assert!((t.trace_multiplier().unwrap().unwrap() - z_t).abs() < 1e-9);
@@ -2250,7 +2262,7 @@ mod tests {
                 "the trace is charged too"
             );
         }
-        let t = trainer(&["eps=5", "releases=3"]);
+        let t = trainer(&["eps=5", "releases=3", "split=adaptive"]);
         let z = plan_z(5.0, 3);
         let (zz, z_c, z_g) = t.multipliers().unwrap();
         let z_t = t.trace_multiplier().unwrap().unwrap();
@@ -2268,7 +2280,7 @@ mod tests {
 
     /// The selecting split's multipliers at the defaults (`count_share` 0.2,
     /// `select_share` 0.05, `C = 1`, `C_c = 4`): the rating-level multiplier equals the
-    /// adaptive default's `0.789 z` (never below it, so a default rating still takes full
+    /// adaptive split's `0.789 z` (never below it, so a default rating still takes full
     /// part), the counts take about 0.264 and the Gram 0.686 of the budget, the shares
     /// compose to `z` at user level, and the charge is the plan's `Gaussian { z, 1 }`
     /// (docs/privacy/dp-topn.md 2b).
@@ -2520,6 +2532,36 @@ mod tests {
             .unwrap();
         assert_eq!(state.grams, 15);
         assert_eq!(state.select_n, 19);
+        // It must beat the counts it chose against: per user, an unseen item of the
+        // user's own group is held out; EASE's top 10 (all of the user's group) finds it
+        // more often than the counts' (half of each group): 502 against 206 users here,
+        // asserted at least 1.5 times.
+        use crate::train::ranker::Ranker;
+        let mut g = crate::rng::seeded(8);
+        let held: Vec<u32> = (0..m.n_users)
+            .map(|u| {
+                let own = m.by_user.row(u).0;
+                let group: Vec<u32> = (0..60).map(|j| (u as u32 % 2) * 60 + j).collect();
+                *group
+                    .iter()
+                    .filter(|j| !own.contains(j))
+                    .collect::<Vec<_>>()
+                    .choose(&mut g)
+                    .copied()
+                    .unwrap()
+            })
+            .collect();
+        let h = f.ranker.as_ref().unwrap().count_history().unwrap().clone();
+        let sigma = f.charges.mechanisms[0].params["sigma_count"]
+            .as_f64()
+            .unwrap();
+        let (_, counts) = t
+            .select_lists(h.gram.as_ref().unwrap(), &h.mean, sigma)
+            .unwrap();
+        let r = f.ranker.as_ref().unwrap();
+        let he = held_out_hits(&m, &held, &|own, out| r.score_items(None, own, out));
+        let hc = held_out_hits(&m, &held, &|own, out| counts.score_items(None, own, out));
+        assert!(he as f64 >= 1.5 * hc as f64, "served {he} vs counts {hc}");
         let after = crate::eval::AfterReleases {
             inner: std::sync::Arc::from(
                 crate::train::build(
@@ -2599,7 +2641,7 @@ mod tests {
         }
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        let t = trainer(&[]);
+        let t = trainer(&["split=adaptive"]);
         let (z, _, _) = t.multipliers().unwrap();
         for seed in 0..5 {
             let rel = t.release(&data, &mut crate::rng::seeded(seed)).unwrap();

@@ -585,6 +585,7 @@ mod tests {
     /// plain and leave-user-out, with targets inside and outside the candidates, tied
     /// fills, and users who own most candidates (fewer than 10 others left).
     #[test]
+    // long: one random table of lists, users and targets, each checked against the scan.
     fn fast_hit_equals_the_scan_over_all_scores() {
         use crate::train::topn::dp_topn::{ease_inverse, ease_weights, gram};
         let mut rng = crate::rng::seeded(21);
