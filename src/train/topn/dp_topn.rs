@@ -1047,11 +1047,11 @@ impl DpTopN {
     /// The user-level shares `(counts, rest)` of a release (the steering step takes
     /// [`Split::steering_share`]). A selecting release keeps the rating-level multiplier
     /// of the adaptive split at the same `count_share` (so that a rating at the service's
-    /// default `eps_ij` takes full part, and is not RSM-sampled): its statistic costs four times
-    /// its share at the rating level (sensitivity 2 against 1), so the rest takes what the
-    /// rating level leaves and the counts, cheap at the rating level, take the remaining
-    /// user-level share (docs/privacy/dp-topn.md 2b). Where that has no solution above
-    /// `count_share`, the shares are `count_share` and the remainder.
+    /// default `eps_ij` takes full part, and is not RSM-sampled): its statistic costs four
+    /// times its share at the rating level (sensitivity 2 against 1), so the rest takes
+    /// what the rating level leaves and the counts, cheap at the rating level, take the
+    /// remaining user-level share (docs/privacy/dp-topn.md 2b). Where that has no solution
+    /// above `count_share`, the shares are `count_share` and the remainder.
     pub fn shares(&self) -> (f64, f64) {
         let c = self.count_share;
         let plain = (c, 1.0 - c - self.split.steering_share());
@@ -1544,7 +1544,7 @@ impl DpTopN {
         self.trace_choice(stats, noisy, candidates, tau, z_t, noise)
     }
 
-    /// The default split's `tau`, which a selecting release without a state uses.
+    /// The adaptive split's `tau`, which a selecting release without a state uses.
     const TRACE_TAU: f64 = match Split::ADAPTIVE {
         Split::Adaptive { tau, .. } => tau,
         _ => 0.0,

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::privacy::continuous::gaussian;
 use crate::rng::DpRng;
 use crate::train::topn::history::GramState;
-use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
+use crate::train::topn::item_ranker::{ItemItemSums, ItemRanker, ItemScorer};
 use crate::train::topn::suffstats::gram_weight;
 use crate::train::{numerical, TrainError};
 
@@ -130,12 +130,17 @@ impl<'a> ListHits<'a> {
 
     /// The candidates' scores for a user (`None`: `fill` orders the catalogue).
     fn candidate_scores(&self, own: &[(usize, f64)], row: &[u32]) -> Option<Vec<f64>> {
+        self.with_item_item(row, |sums| self.ranker.candidate_scores(own, sums))
+    }
+
+    /// Calls `f` with the item-item sums of the user's leave-user-out EASE (`None` for a
+    /// plain list): the row sums of `B' = I - P' diag(1 / diag P')` over the own positions.
+    fn with_item_item<R>(&self, row: &[u32], f: impl FnOnce(Option<&ItemItemSums<'_>>) -> R) -> R {
         let Some((p, clip)) = self.inverse else {
-            return self.ranker.candidate_scores(own, None);
+            return f(None);
         };
         let k = self.ranker.candidates.len();
         let (y, a) = self.correction(p, clip, row);
-        // The row sums of B' = I - P' diag(1 / diag P') over the own positions.
         let sums = |pos: &[usize], raw: &mut [f64]| {
             let ys: f64 = pos.iter().map(|&i| y[i]).sum();
             let mut col = vec![0.0; k];
@@ -155,7 +160,7 @@ impl<'a> ListHits<'a> {
                 raw[j] = -s / diag;
             }
         };
-        self.ranker.candidate_scores(own, Some(&sums))
+        f(Some(&sums))
     }
 
     /// `y = P x_u` and `a` for the user's whole row (`a = 0`: no correction).
@@ -182,32 +187,7 @@ impl<'a> ListHits<'a> {
 
     /// Every item's score for the user, as the served list computes them.
     pub fn scores(&self, own: &[(usize, f64)], row: &[u32], out: &mut [f64]) {
-        out.iter_mut().for_each(|s| *s = f64::NEG_INFINITY);
-        let Some(cand) = self.candidate_scores(own, row) else {
-            out.copy_from_slice(&self.ranker.fill);
-            return;
-        };
-        for (a, &j) in self.ranker.candidates.iter().enumerate() {
-            out[j as usize] = cand[a];
-        }
-        let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
-        let fill = &self.ranker.fill;
-        if fill.is_empty() {
-            return;
-        }
-        // Below every candidate, in fill order (as ItemRanker::fill_outside).
-        let (lo, hi) = fill
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-                (a.min(x), b.max(x))
-            });
-        let span = if hi > lo { hi - lo } else { 1.0 };
-        let base = if lowest.is_finite() { lowest } else { 0.0 };
-        for (j, o) in out.iter_mut().enumerate() {
-            if self.ranker.position(j).is_none() {
-                *o = base - 2.0 + (fill[j] - lo) / span;
-            }
-        }
+        self.with_item_item(row, |sums| self.ranker.score_items_with(own, sums, out));
     }
 
     /// Whether `target` is among the top [`LOO_TOP`] of the items outside `own` (ties
