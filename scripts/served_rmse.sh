@@ -70,14 +70,7 @@ case "$prefs" in
 esac
 
 for r in $(seq "$releases"); do
-    job=$(curl -s -X POST "$B/v1/admin/retrain" "${auth[@]}" | grep -Eo '"id":[0-9]+' | head -1 | cut -d: -f2)
-    [ -n "$job" ] || fail "retrain refused"
-    for _ in $(seq 1200); do
-        curl -s "$B/v1/admin/jobs/$job" "${auth[@]}" | grep -q '"status":"running"' || break
-        sleep 0.5
-    done
-    status=$(curl -s "$B/v1/admin/jobs/$job" "${auth[@]}")
-    echo "$status" | grep -q '"status":"succeeded"' || fail "job $job: $status"
+    job=$(retrain_and_wait)
     current=$(curl -s "$B/v1/models/current" "${auth[@]}")
     echo "$current" | grep -q "\"guarantee\":\"$guarantee\"" || fail "current model not labelled: $current"
     echo "release $r (job $job): $(echo "$current" | grep -Eo '"guarantee":"[a-z-]+"' | head -1)"

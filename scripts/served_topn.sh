@@ -31,7 +31,6 @@ bin=$(realpath "$bin" 2>/dev/null || echo "$bin")
 data=$(realpath "$data")
 [ -x "$bin" ] || { echo "served_topn: no binary at $bin (cargo build --release --bin dprec, or --bin)" >&2; exit 2; }
 [ -f "$data/u1.base" ] || { echo "served_topn: no MovieLens-100K u1 split at $data" >&2; exit 2; }
-fail() { echo "served_topn: FAILED: $*" >&2; exit 1; }
 
 # shellcheck source=lib/service.sh
 . "$root/scripts/lib/service.sh"
@@ -43,14 +42,7 @@ echo "\$ dprec import --url \$B --api-key \$ADMIN $data/u1.base"
 "$bin" import --url "$B" --api-key "$ADMIN" "$data/u1.base" 2>&1 | tail -1
 
 for r in $(seq "$releases"); do
-    job=$(curl -s -X POST "$B/v1/admin/retrain" "${auth[@]}" | grep -Eo '"id":[0-9]+' | head -1 | cut -d: -f2)
-    [ -n "$job" ] || fail "retrain refused"
-    for _ in $(seq 1200); do
-        curl -s "$B/v1/admin/jobs/$job" "${auth[@]}" | grep -q '"status":"running"' || break
-        sleep 0.5
-    done
-    status=$(curl -s "$B/v1/admin/jobs/$job" "${auth[@]}")
-    echo "$status" | grep -q '"status":"succeeded"' || fail "job $job: $status"
+    retrain_and_wait >/dev/null
     record=$(curl -s "$B/v1/models/current" "${auth[@]}" | python3 -c 'import json, sys
 m = json.load(sys.stdin)["release"]["mechanisms"][0]
 s = m["params"].get("select") or {}

@@ -6,6 +6,8 @@
 # start_service BIN [ARGS...]: starts `BIN serve --bind 127.0.0.1:0 ARGS...` (environment as set by the
 #   caller) logging to $scratch/serve.log; sets $server, $port, $B (its base URL), $ADMIN (the
 #   admin key printed on the first start) and the curl arguments $auth; exits on failure.
+# retrain_and_wait: POSTs an admin retrain to $B with $auth, waits for the job (up to 10
+#   minutes), prints its id, and exits with the job's answer if it did not succeed.
 # wait_for_port LOG: prints the port a `dprec serve --bind 127.0.0.1:0` writing its log
 #   to LOG listens on, once the log says so (waits up to 60 s; prints nothing if it never
 #   does).
@@ -42,4 +44,17 @@ start_service() {
     ADMIN=$(grep -Eo 'dprec_[0-9a-f]{64}' "$scratch/serve.log" | head -1)
     [ -n "$ADMIN" ] || { echo "no admin key printed on the first start" >&2; exit 1; }
     auth=(-H "Authorization: Bearer $ADMIN")
+}
+
+retrain_and_wait() {
+    local job status
+    job=$(curl -s -X POST "$B/v1/admin/retrain" "${auth[@]}" | grep -Eo '"id":[0-9]+' | head -1 | cut -d: -f2)
+    [ -n "$job" ] || { echo "retrain refused" >&2; exit 1; }
+    for _ in $(seq 1200); do
+        curl -s "$B/v1/admin/jobs/$job" "${auth[@]}" | grep -q '"status":"running"' || break
+        sleep 0.5
+    done
+    status=$(curl -s "$B/v1/admin/jobs/$job" "${auth[@]}")
+    echo "$status" | grep -q '"status":"succeeded"' || { echo "job $job: $status" >&2; exit 1; }
+    echo "$job"
 }
