@@ -797,6 +797,9 @@ pub enum Split {
         explore: u64,
         margin: f64,
         edges: f64,
+        /// The state restarts (a release without a state) when fewer than this share of
+        /// the held candidates are among the combined counts' candidates (0: never).
+        refresh: f64,
     },
 }
 
@@ -820,6 +823,7 @@ impl Split {
         explore: 5,
         margin: 1.5,
         edges: 4.0,
+        refresh: 0.0,
     };
 
     /// `split=adaptive|gram|counts|select`, with `tau` and `trace_share` for adaptive
@@ -833,6 +837,7 @@ impl Split {
             p.get_str("select_explore"),
             p.get_str("select_margin"),
             p.get_str("select_edges"),
+            p.get_str("select_refresh"),
         );
         Ok(match p.get_str("split").unwrap_or("select") {
             "gram" => Split::Gram,
@@ -843,6 +848,7 @@ impl Split {
                     explore,
                     margin,
                     edges,
+                    refresh,
                 } = Split::SELECT
                 else {
                     unreachable!("the selecting default is select")
@@ -852,6 +858,15 @@ impl Split {
                     explore: p.usize_in("select_explore", explore as usize, 0, 1_000_000)? as u64,
                     margin: p.non_negative("select_margin", margin)?,
                     edges: p.positive("select_edges", edges)?,
+                    refresh: match p.non_negative("select_refresh", refresh)? {
+                        r if r <= 1.0 => r,
+                        r => {
+                            return Err(invalid(
+                                "select_refresh",
+                                format!("a share of the held candidates, at most 1, got {r}"),
+                            ))
+                        }
+                    },
                 }
             }
             "adaptive" => {
@@ -1197,7 +1212,10 @@ impl DpTopN {
         } else {
             Vec::new()
         };
-        let prior_gram = self.prior_gram(data);
+        let prior_gram = match self.prior_gram(data) {
+            Some(g) if self.held_is_stale(data, g, &noisy, sigma_count)? => None,
+            g => g,
+        };
         let (branch, trace) = match (with_gram, self.split) {
             (false, _) => (None, None),
             (true, Split::Select { .. }) if prior_gram.is_none() => {
@@ -1329,6 +1347,32 @@ impl DpTopN {
         let combined = self.combined(data, noisy, sigma_count)?;
         let held = select_candidates(&combined.mean, self.threshold * sigma_count, self.k);
         Ok((!held.is_empty()).then_some(held))
+    }
+
+    /// Whether a selecting state's held candidates went stale (public: the state and this
+    /// release's counts): fewer than `refresh` of them are among the candidates of the
+    /// counts combined with this release's. The release then runs without the state (the
+    /// trace test; a new state starts), as after a catalogue change.
+    fn held_is_stale(
+        &self,
+        data: &TrainData<'_>,
+        g: &GramState,
+        noisy: &[f64],
+        sigma_count: f64,
+    ) -> Result<bool, TrainError> {
+        let Split::Select { refresh, .. } = self.split else {
+            return Ok(false);
+        };
+        if refresh <= 0.0 || g.candidates.is_empty() {
+            return Ok(false);
+        }
+        let combined = self.combined(data, noisy, sigma_count)?;
+        let now: std::collections::HashSet<u32> =
+            select_candidates(&combined.mean, self.threshold * sigma_count, self.k)
+                .into_iter()
+                .collect();
+        let kept = g.candidates.iter().filter(|j| now.contains(j)).count();
+        Ok((kept as f64) < refresh * g.candidates.len() as f64)
     }
 
     /// The counts `combine_counts` will serve after this release (post-processing).
@@ -1836,12 +1880,14 @@ impl Trainer for DpTopN {
                 explore,
                 margin,
                 edges,
+                refresh,
             } => {
                 v["split"] = "select".into();
                 v["select_share"] = share.into();
                 v["select_explore"] = explore.into();
                 v["select_margin"] = margin.into();
                 v["select_edges"] = edges.into();
+                v["select_refresh"] = refresh.into();
             }
         }
         v
@@ -2506,6 +2552,69 @@ mod tests {
         assert_eq!(trail, "Gc");
         assert_eq!(f.charges.mechanisms[0].params["select"]["n"], 1);
         assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
+    }
+
+    /// `select_refresh`: when the popular items move (items 0-59, then 60-119), the held
+    /// candidates go stale as the combined counts follow; with `select_refresh=0.5` a
+    /// release then runs without the state (its record has the trace test) and the new
+    /// state's candidates are the new items'; with the default 0 the state never restarts.
+    #[test]
+    fn select_refresh_restarts_a_stale_state() {
+        let shifted = |offset: u32, g: &mut DpRng| {
+            let mut r = Ratings::with_dims(1_000, 120);
+            for u in 0..1_000u32 {
+                let mut items: Vec<u32> = (0..60).map(|j| j + offset).collect();
+                items.shuffle(g);
+                items[..20].iter().for_each(|&j| r.push(u, j, 4.0));
+            }
+            r
+        };
+        let mut g = crate::rng::seeded(3);
+        let (a, b) = (shifted(0, &mut g), shifted(60, &mut g));
+        let (ma, mb) = (Interactions::new(&a), Interactions::new(&b));
+        let (da, db) = (
+            TrainData::new(&a, &ma, RatingScale::ONE_TO_FIVE),
+            TrainData::new(&b, &mb, RatingScale::ONE_TO_FIVE),
+        );
+        let run = |refresh: &str| {
+            let t = trainer(&[
+                "split=select",
+                "releases=20",
+                &format!("select_refresh={refresh}"),
+            ]);
+            let mut rng = crate::rng::seeded(4);
+            let mut state: Option<CountHistory> = None;
+            let mut restarts = Vec::new();
+            for r in 0..30 {
+                let d = TrainData {
+                    prior_counts: state.as_ref(),
+                    ..if r < 4 { da } else { db }
+                };
+                let f = t.fit(&d, &mut rng).unwrap();
+                if r > 0 && !f.charges.mechanisms[0].params["trace"].is_null() {
+                    restarts.push(r);
+                }
+                state = f.ranker.as_ref().unwrap().count_history().cloned();
+            }
+            (restarts, state.unwrap())
+        };
+        let (restarts, state) = run("0.5");
+        assert!(!restarts.is_empty() && restarts[0] >= 4, "{restarts:?}");
+        let held = &state.gram.as_ref().unwrap().candidates;
+        assert!(
+            !held.is_empty() && held.iter().all(|&j| j >= 60),
+            "{held:?}"
+        );
+        let (restarts, state) = run("0");
+        assert!(restarts.is_empty(), "{restarts:?}");
+        assert!(state
+            .gram
+            .as_ref()
+            .unwrap()
+            .candidates
+            .iter()
+            .all(|&j| j < 60));
+        assert!(DpTopN::from_params(&Params::parse(&["select_refresh=1.5"]).unwrap()).is_err());
     }
 
     /// Two strong taste groups: after exploring (c G c G ...), the difference favours EASE
