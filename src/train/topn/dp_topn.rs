@@ -798,7 +798,8 @@ pub enum Split {
         margin: f64,
         edges: f64,
         /// The state restarts (a release without a state) when fewer than this share of
-        /// the held candidates are among the combined counts' candidates (0: never).
+        /// the held candidates are among the combined counts' candidates (0: never; 0.5
+        /// by default, a round value not tuned: docs/privacy/dp-topn.md 2b).
         refresh: f64,
     },
 }
@@ -823,7 +824,7 @@ impl Split {
         explore: 5,
         margin: 1.5,
         edges: 4.0,
-        refresh: 0.0,
+        refresh: 0.5,
     };
 
     /// `split=adaptive|gram|counts|select`, with `tau` and `trace_share` for adaptive
@@ -2385,7 +2386,8 @@ mod tests {
     fn select_difference_noise_has_the_planned_scale() {
         let r = Ratings::with_dims(3, 20);
         let m = Interactions::new(&r);
-        let t = trainer(&["split=select"]);
+        // No ratings: the combined counts are noise, so the held set would look stale.
+        let t = trainer(&["split=select", "select_refresh=0"]);
         let z_s = t.multipliers().unwrap().0 / 0.05f64.sqrt();
         let held: Vec<u32> = (0..5).collect();
         let mut sum = vec![0.0; 25];
@@ -2557,7 +2559,8 @@ mod tests {
     /// `select_refresh`: when the popular items move (items 0-59, then 60-119), the held
     /// candidates go stale as the combined counts follow; with `select_refresh=0.5` a
     /// release then runs without the state (its record has the trace test) and the new
-    /// state's candidates are the new items'; with the default 0 the state never restarts.
+    /// state's candidates are the new items' (0.5 is the default); with 0 the state never
+    /// restarts and keeps the old items.
     #[test]
     fn select_refresh_restarts_a_stale_state() {
         let shifted = |offset: u32, g: &mut DpRng| {
