@@ -2183,6 +2183,46 @@ mod tests {
         assert!((0..k).all(|a| (0..k).all(|b| rel.gram[a * k + b] == rel.gram[b * k + a])));
     }
 
+    /// The trace test's noise in first releases of `t` on `data` (`synthetic(400, 50, 10)`,
+    /// `gram_clip=2`, `threshold=0`: all 50 items are candidates): each record's sigma is
+    /// `z_t C^2`, and over `n` releases (noisy - exact) / (z_t C^2) has sample sd within
+    /// 6% of 1, while 0.9x and 1.1x scales are outside. `each` checks every release's
+    /// record besides.
+    fn assert_trace_noise_scale(
+        t: &DpTopN,
+        data: &TrainData<'_>,
+        z_t: f64,
+        n: u64,
+        each: impl Fn(&serde_json::Value),
+    ) {
+        let m = data.matrix;
+        let rows: Vec<Vec<u32>> = (0..m.n_users)
+            .map(|u| m.by_user.row(u).0.to_vec())
+            .collect();
+        let mut dev = Vec::new();
+        for seed in 0..n {
+            let rel = t.release(data, &mut crate::rng::seeded(seed)).unwrap();
+            let params = &rel.charges.mechanisms[0].params;
+            each(params);
+            let trace = &params["trace"];
+            assert!((trace["sigma"].as_f64().unwrap() - z_t * 4.0).abs() < 1e-9);
+            let cands: Vec<u32> = select_candidates(&rel.noisy_counts, f64::NEG_INFINITY, 200);
+            // The candidates the trace saw are the first count release's; with
+            // threshold 0 and k >= items they are all items in both branches.
+            assert_eq!(cands.len(), 50);
+            let exact = gram_trace(&rows, 50, &cands, 2.0);
+            dev.push((trace["noisy_trace"].as_f64().unwrap() - exact) / (z_t * 4.0));
+        }
+        let sd = (dev.iter().map(|x| x * x).sum::<f64>() / dev.len() as f64).sqrt();
+        for (scale, ok) in [(1.0, true), (0.9, false), (1.1, false)] {
+            assert_eq!(
+                (sd / scale - 1.0).abs() < 0.06,
+                ok,
+                "trace sd {sd} at {scale}x"
+            );
+        }
+    }
+
     /// The adaptive split's two new releases have their planned scale. The trace: 2,000
     /// releases of a small store, (noisy - exact) / (z_t gram_clip^2) has sample sd within
     /// 6% of 1 (relative sd of the estimate 1.6%: 3.8 sd, false failure ~1e-4 for a
@@ -2207,30 +2247,7 @@ mod tests {
         let z = plan_z(5.0, 1);
         let z_t = z / 0.02f64.sqrt();
         assert!((t.trace_multiplier().unwrap().unwrap() - z_t).abs() < 1e-9);
-        let rows: Vec<Vec<u32>> = (0..m.n_users)
-            .map(|u| m.by_user.row(u).0.to_vec())
-            .collect();
-        let mut dev = Vec::new();
-        for seed in 0..2000u64 {
-            let rel = t.release(&data, &mut crate::rng::seeded(seed)).unwrap();
-            let trace = &rel.charges.mechanisms[0].params["trace"];
-            let sigma = trace["sigma"].as_f64().unwrap();
-            assert!((sigma - z_t * 4.0).abs() < 1e-9);
-            let cands: Vec<u32> = select_candidates(&rel.noisy_counts, f64::NEG_INFINITY, 200);
-            // The candidates the trace saw are the first count release's; with
-            // threshold 0 and k >= items they are all items in both branches.
-            assert_eq!(cands.len(), 50);
-            let exact = gram_trace(&rows, 50, &cands, 2.0);
-            dev.push((trace["noisy_trace"].as_f64().unwrap() - exact) / (z_t * 4.0));
-        }
-        let sd = (dev.iter().map(|x| x * x).sum::<f64>() / dev.len() as f64).sqrt();
-        for (scale, ok) in [(1.0, true), (0.9, false), (1.1, false)] {
-            assert_eq!(
-                (sd / scale - 1.0).abs() < 0.06,
-                ok,
-                "trace sd {sd} at {scale}x"
-            );
-        }
+        assert_trace_noise_scale(&t, &data, z_t, 2000, |_| ());
 
         let r = synthetic(300, 20_000, 30);
         let m = Interactions::new(&r);
@@ -2515,28 +2532,9 @@ mod tests {
         ]);
         let z_s = t.select_multiplier().unwrap().unwrap();
         assert!((z_s - plan_z(5.0, 1) / 0.05f64.sqrt()).abs() < 1e-9);
-        let rows: Vec<Vec<u32>> = (0..m.n_users)
-            .map(|u| m.by_user.row(u).0.to_vec())
-            .collect();
-        let mut dev = Vec::new();
-        for seed in 0..1500u64 {
-            let f = t.fit(&data, &mut crate::rng::seeded(seed)).unwrap();
-            let params = &f.charges.mechanisms[0].params;
-            let trace = &params["trace"];
-            assert!((trace["sigma"].as_f64().unwrap() - z_s * 4.0).abs() < 1e-9);
-            assert_eq!(params["select"]["n"], 0);
-            let cands: Vec<u32> = (0..50).collect();
-            let exact = gram_trace(&rows, 50, &cands, 2.0);
-            dev.push((trace["noisy_trace"].as_f64().unwrap() - exact) / (z_s * 4.0));
-        }
-        let sd = (dev.iter().map(|x| x * x).sum::<f64>() / dev.len() as f64).sqrt();
-        for (scale, ok) in [(1.0, true), (0.9, false), (1.1, false)] {
-            assert_eq!(
-                (sd / scale - 1.0).abs() < 0.06,
-                ok,
-                "trace sd {sd} at {scale}x"
-            );
-        }
+        assert_trace_noise_scale(&t, &data, z_s, 1500, |params| {
+            assert_eq!(params["select"]["n"], 0)
+        });
 
         let taste = taste_or_noise(true, &mut crate::rng::seeded(5));
         let m = Interactions::new(&taste);
