@@ -4,8 +4,11 @@
 //! ```text
 //! cargo run --release --example topn_bench -- --preset ml20m [--scale N] [--quality]
 //!     [--releases 52] [--eps 10] [--param key=value ...] [--rank-users 5000] [--seed 42]
-//!     [--releases-seen N]
+//!     [--releases-seen N] [--noise-seed N]
 //! ```
+//!
+//! `--noise-seed N` (quality): the trainers' generator seed (default `--seed`), so that the
+//! noise can be redrawn on the same data and split (the spread of a ratio over noise alone).
 //!
 //! `--releases-seen N` (quality): every DP trainer is fitted N times on the training split,
 //! each fit continuing the previous one's counts filter state (`dprec::eval::AfterReleases`:
@@ -47,6 +50,7 @@ fn main() -> anyhow::Result<()> {
     let mut rank_users = 5000usize;
     let mut releases_seen = 1u64;
     let mut arrivals = false;
+    let mut noise_seed: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -60,10 +64,11 @@ fn main() -> anyhow::Result<()> {
             "--rank-users" => rank_users = args.next().unwrap_or_default().parse()?,
             "--releases-seen" => releases_seen = args.next().unwrap_or_default().parse()?,
             "--arrivals" => arrivals = true,
+            "--noise-seed" => noise_seed = Some(args.next().unwrap_or_default().parse()?),
             other => anyhow::bail!(
                 "unknown argument {other:?} (--preset NAME, --scale N, --quality, \
                  --releases N, --eps X, --param k=v, --rank-users N, --seed N, \
-                 --releases-seen N, --arrivals)"
+                 --releases-seen N, --arrivals, --noise-seed N)"
             ),
         }
     }
@@ -177,7 +182,7 @@ fn main() -> anyhow::Result<()> {
         let start = Instant::now();
         let fitted = t.fit(
             &TrainData::new(&train_r, &m, data.scale),
-            &mut dprec::rng::seeded(seed),
+            &mut dprec::rng::seeded(noise_seed.unwrap_or(seed)),
         )?;
         let fit_s = start.elapsed().as_secs_f64();
         // What the release spent the rest of its budget on, and the trace that decided.
