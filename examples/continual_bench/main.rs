@@ -6,8 +6,12 @@
 //! ```text
 //! cargo run --example continual_bench -- [--data ../shared/datasets/ml-100k/u.data]
 //!     [--periods 12,52,365] [--seeds 3] [--eps 10] [--delta 1e-6] [--cap 16] [--clip 4]
-//!     [--plot docs/figures/continual-release.svg]
+//!     [--plot docs/figures/continual-release.svg] [--gram K] [--gram-cap 16]
+//!     [--gram-freeze 8]
 //! ```
+//!
+//! `--gram K` adds a second table: EASE on a continual (tree) Gram over `K` frozen
+//! candidates against EASE on the independent releases' averaged Gram ([`gram`]).
 //!
 //! Methods (all user level, the same plan):
 //! - `service rule, independent`: what `dp-popularity` does now, release by release: the
@@ -29,6 +33,8 @@
 //! excluded): NDCG@10 and P@10 averaged over users in a period, then over periods.
 
 use std::path::PathBuf;
+
+mod gram;
 
 use dprec::eval::ranking::list_metrics;
 use dprec::privacy::tree::{levels, ArrivalCap, TreeCounter};
@@ -55,6 +61,9 @@ struct Args {
     cap: usize,
     clip: f64,
     plot: Option<PathBuf>,
+    gram: usize,
+    gram_cap: usize,
+    gram_freeze: usize,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -67,6 +76,9 @@ fn parse_args() -> anyhow::Result<Args> {
         cap: 16,
         clip: 4.0,
         plot: None,
+        gram: 0,
+        gram_cap: 16,
+        gram_freeze: 8,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -82,6 +94,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--cap" => a.cap = v.parse()?,
             "--clip" => a.clip = v.parse()?,
             "--plot" => a.plot = Some(v.into()),
+            "--gram" => a.gram = v.parse()?,
+            "--gram-cap" => a.gram_cap = v.parse()?,
+            "--gram-freeze" => a.gram_freeze = v.parse::<usize>()?.max(1),
             other => anyhow::bail!("unknown argument {other:?} (see the example's doc comment)"),
         }
     }
@@ -392,6 +407,61 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = &a.plot {
         plot(&rows, path)?;
         println!("\nplot: {}", path.display());
+    }
+    if a.gram > 0 {
+        gram_table(&ev, (n_users, n_items), &a)?;
+    }
+    Ok(())
+}
+
+/// The `--gram` comparison per `T`, mean ± sd over the seeds.
+fn gram_table(ev: &[Event], dims: (usize, usize), a: &Args) -> anyhow::Result<()> {
+    println!(
+        "\n--gram {}: EASE over {} candidates frozen at period ceil(T / {}), counts share 0.3, \
+         gram cap {}\n",
+        a.gram, a.gram, a.gram_freeze, a.gram_cap
+    );
+    println!(
+        "| T | tree: counts + Gram | independent: counts + averaged Gram | exact Gram (tree's set) \
+         | exact Gram, set re-chosen each period | tree counts alone | independent counts alone |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for &t in &a.periods {
+        let plan = ReleasePlan {
+            eps_u: a.eps,
+            delta_u: a.delta,
+            releases: t,
+        };
+        let z = (plan.noise_multiplier()?, plan.tree_noise_multiplier()?);
+        let periods = split_periods(ev, t);
+        let rows = (0..a.seeds)
+            .map(|s| {
+                gram::run(
+                    &periods,
+                    dims,
+                    a.gram,
+                    z,
+                    a.cap,
+                    a.clip,
+                    a.gram_cap,
+                    a.gram_freeze,
+                    s,
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let col = |f: fn(&gram::GramRow) -> f64| {
+            let (m, sd) = mean_sd(&rows.iter().map(f).collect::<Vec<_>>());
+            format!("{m:.4} ± {sd:.4}")
+        };
+        println!(
+            "| {t} | {} | {} | {} | {} | {} | {} |",
+            col(|r| r.tree),
+            col(|r| r.independent),
+            col(|r| r.exact),
+            col(|r| r.exact_rechosen),
+            col(|r| r.tree_counts_only),
+            col(|r| r.independent_counts_only)
+        );
     }
     Ok(())
 }
