@@ -22,7 +22,9 @@ use dprec::privacy::tree::{decomposition, ArrivalCap, TreeCounter};
 use dprec::rng::{seeded, split, DpRng};
 use dprec::train::topn::dp_topn::{add_symmetric_noise, ease_weights, noise_edge};
 
-use super::{combine, next_periods, service_exact, Event, NextPeriod};
+use dprec::train::topn::history::{drift_for, CountHistory};
+
+use super::{next_periods, service_exact, Event, NextPeriod};
 
 /// User-level share of each release given to the counts (the rest: the Gram).
 const COUNT_SHARE: f64 = 0.3;
@@ -132,7 +134,9 @@ fn tree_arm(
             inc[e.item as usize] += rule.admit(e.user, e.item);
         }
         let est = counts.step(&inc, &mut r_counts)?;
-        history.extend_from_slice(p);
+        if t < t0 {
+            history.extend_from_slice(p);
+        }
         if t + 1 < t0 {
             out.push(Served {
                 counts: est,
@@ -194,7 +198,7 @@ fn independent_arm(
     let sigma_c = z_t * 4.0 / COUNT_SHARE.sqrt();
     let sigma_g = z_t / (1.0 - COUNT_SHARE).sqrt();
     let mut rows: Vec<Vec<u32>> = vec![Vec::new(); n_users];
-    let mut released = Vec::new();
+    let mut filter: Option<CountHistory> = None;
     let (mut cand, mut pos) = (Vec::new(), Vec::new());
     let (mut sum, mut grams) = (vec![0.0; k * k], 0.0);
     let mut out = Vec::new();
@@ -203,15 +207,20 @@ fn independent_arm(
             rows[e.user as usize].push(e.item);
         }
         let exact = service_exact(&rows, n_items, &mut r_cap);
-        released.push(
-            exact
-                .iter()
-                .map(|v| Ok(v + dprec::privacy::gaussian(sigma_c, &mut r_counts)?))
-                .collect::<anyhow::Result<Vec<f64>>>()?,
-        );
-        let served = combine(&released, sigma_c, t_count)?
-            .pop()
-            .unwrap_or_default();
+        let released = exact
+            .iter()
+            .map(|v| Ok(v + dprec::privacy::gaussian(sigma_c, &mut r_counts)?))
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        // The counts filter's state after this release (as `combine`, one step a period).
+        let next = CountHistory::update(
+            filter.as_ref(),
+            "service",
+            &released,
+            sigma_c,
+            drift_for(t_count),
+        )?;
+        let served = next.mean.clone();
+        filter = Some(next);
         if t + 1 < t0 {
             out.push(Served {
                 counts: served,
