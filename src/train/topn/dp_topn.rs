@@ -1217,18 +1217,22 @@ impl DpTopN {
             Some(g) if self.held_is_stale(data, g, &noisy, sigma_count)? => None,
             g => g,
         };
+        // The rest's multiplier: `z_g`, but for a selecting release without a state, whose
+        // trace test needs only a sliver of the steering share (`stateless_multipliers`).
+        let mut z_rest = z_g;
         let (branch, trace) = match (with_gram, self.split) {
             (false, _) => (None, None),
             (true, Split::Select { .. }) if prior_gram.is_none() => {
                 // No selecting state yet: nothing to compare, so the steering share pays
-                // for the trace test instead (docs/privacy/dp-topn.md 2b).
-                let z_s = self.select_multiplier()?.unwrap_or(f64::INFINITY);
+                // for the trace test instead, and what the test does not need goes to the
+                // rest (docs/privacy/dp-topn.md 2b).
+                let (z_t, z_r) = self.stateless_multipliers()?;
+                z_rest = z_r;
                 let (b, t) = self.trace_choice(
                     &stats,
                     &noisy,
                     &candidates,
-                    Self::TRACE_TAU,
-                    z_s,
+                    (Self::TRACE_TAU, z_t, z_rest),
                     &mut noise,
                 )?;
                 (Some(b), t)
@@ -1256,12 +1260,12 @@ impl DpTopN {
             None => (noisy, Vec::new(), sigma_count, f64::INFINITY),
             Some(Split::Counts) => {
                 let (pooled, sigma) =
-                    self.second_counts(&stats, &noisy, n_items, z_g, &mut noise)?;
+                    self.second_counts(&stats, &noisy, n_items, z_rest, &mut noise)?;
                 candidates = select_candidates(&pooled, self.threshold * sigma, self.k);
                 (pooled, Vec::new(), sigma, f64::INFINITY)
             }
             Some(_) => {
-                let (g, sigma_gram) = self.noisy_gram(&stats, &candidates, &mut noise)?;
+                let (g, sigma_gram) = self.noisy_gram(&stats, &candidates, z_rest, &mut noise)?;
                 (noisy, g, sigma_count, sigma_gram)
             }
         };
@@ -1287,12 +1291,12 @@ impl DpTopN {
         let params = serde_json::json!({
             "select": select_record,
             "plan": self.plan, "contribution": c, "count_share": self.count_share,
-            "shares": { "count": self.shares().0, "rest": self.shares().1 },
+            "shares": { "count": self.shares().0, "rest": (z / z_rest).powi(2) },
             "split": self.split, "spent_on": match branch {
                 None => "counts-only", Some(Split::Counts) => "counts", Some(_) => "gram",
             },
             "trace": trace,
-            "z": z, "z_count": z_c, "z_gram": z_g, "sigma_count": sigma_count,
+            "z": z, "z_count": z_c, "z_gram": z_rest, "sigma_count": sigma_count,
             "sigma_gram": sigma_gram, "k": self.k, "threshold_sd": self.threshold,
             "rating_multiplier": z_r, "delta_r": self.delta_r,
         });
@@ -1552,9 +1556,9 @@ impl DpTopN {
         &self,
         stats: &Stats<'_>,
         candidates: &[u32],
+        z_g: f64,
         noise: &mut DpRng,
     ) -> Result<(Vec<f64>, f64), TrainError> {
-        let (_, _, z_g) = self.multipliers()?;
         let clip = self.contribution.gram_clip;
         let sigma_gram = z_g * clip * clip;
         let sums = stats
@@ -1586,7 +1590,44 @@ impl DpTopN {
         else {
             return Ok((self.split, None));
         };
-        self.trace_choice(stats, noisy, candidates, tau, z_t, noise)
+        let (_, _, z_g) = self.multipliers()?;
+        self.trace_choice(stats, noisy, candidates, (tau, z_t, z_g), noise)
+    }
+
+    /// The share of a release without a selecting state that its trace test takes. The
+    /// test's threshold is `tau` (160) noise edges of the Gram, at least `320 z_g C^2`, so
+    /// its noise sd `z_t C^2` matters little even at this share (a relative sd of
+    /// `sqrt(rest / share) / (320 sqrt K)`: under 4% at one candidate, 0.3% at 200); the
+    /// rest of the steering share goes to the rest (docs/privacy/dp-topn.md 2b).
+    pub const STATELESS_TRACE_SHARE: f64 = 0.005;
+
+    /// `(z_t, z_rest)` of a selecting release without a state: the trace at
+    /// [`Self::STATELESS_TRACE_SHARE`] (at most the steering share) and the rest at its
+    /// share plus the steering share's remainder. Moving user-level share from the
+    /// statistic (4 per unit at the rating level) to the rest (at most 4, 2 at the
+    /// defaults) and to the trace (at most 1) never lowers the rating-level multiplier the
+    /// charges are computed for ([`Self::rating_z`]); if it would (it cannot with the
+    /// losses above), the release keeps the whole steering share on the trace.
+    pub fn stateless_multipliers(&self) -> Result<(f64, f64), TrainError> {
+        let s = self.split.select_share();
+        let (_, rest) = self.shares();
+        let (_, z_c, z_g) = self.multipliers()?;
+        let whole = (self.share_multiplier(s)?.unwrap_or(f64::INFINITY), z_g);
+        let t = Self::STATELESS_TRACE_SHARE.min(s);
+        let (Some(z_t), Some(z_rest)) = (
+            self.share_multiplier(t)?,
+            self.share_multiplier(rest + s - t)?,
+        ) else {
+            return Ok(whole);
+        };
+        let g2 = self.contribution.gram_clip * self.contribution.gram_clip;
+        let actual =
+            steered_rating_multiplier(z_c, z_t * g2 / g2.min(1.0), z_rest, &self.contribution);
+        Ok(if actual >= self.rating_z(true)? {
+            (z_t, z_rest)
+        } else {
+            whole
+        })
     }
 
     /// The adaptive split's `tau`, which a selecting release without a state uses.
@@ -1596,17 +1637,16 @@ impl DpTopN {
     };
 
     /// The trace test at multiplier `z_t`: the Gram when the noisy trace reaches `tau`
-    /// noise edges of the Gram's noise, else counts; and its public record.
+    /// noise edges of the Gram's noise (the Gram at multiplier `z_g`), else counts; and its
+    /// public record.
     fn trace_choice(
         &self,
         stats: &Stats<'_>,
         noisy: &[f64],
         candidates: &[u32],
-        tau: f64,
-        z_t: f64,
+        (tau, z_t, z_g): (f64, f64, f64),
         noise: &mut DpRng,
     ) -> Result<(Split, Option<serde_json::Value>), TrainError> {
-        let (_, _, z_g) = self.multipliers()?;
         let g2 = self.contribution.gram_clip * self.contribution.gram_clip;
         let exact = stats
             .source
@@ -2511,13 +2551,17 @@ mod tests {
         r
     }
 
-    /// A selecting release without a state spends the steering share on the trace test at
-    /// `z_s = z / sqrt(select_share)` and draws no difference. The trace's noise: 1,500
-    /// first releases of a small store, (noisy - exact) / (z_s gram_clip^2) has sample sd
+    /// A selecting release without a state spends `STATELESS_TRACE_SHARE` (0.005) on the
+    /// trace test, at `z_t = z / sqrt(0.005)`, the rest of the steering share on the rest
+    /// (`z / sqrt(rest + 0.045)`), and draws no difference. The trace's noise: 1,500
+    /// first releases of a small store, (noisy - exact) / (z_t gram_clip^2) has sample sd
     /// within 6% of 1 (the estimate's relative sd is 1.8%, so 3.3 sd; seeds fixed); 0.9x
-    /// and 1.1x scales are outside. On two strong taste groups at a large budget the trace
-    /// picks the Gram at once and EASE is served from the first release; the second
-    /// release (counts, exploring) draws the first difference.
+    /// and 1.1x scales are outside. Every record has the rest at its scale, and the pooled
+    /// counts of a counts release have the sd of the two count releases' at their scales.
+    /// Its rating-level multiplier is at least the one the charges are computed for. On
+    /// two strong taste groups at a large budget the trace picks the Gram at once and EASE
+    /// is served from the first release; the second release (counts, exploring) draws the
+    /// first difference.
     #[test]
     fn select_split_first_release_steers_by_the_trace() {
         let r = synthetic(400, 50, 10);
@@ -2530,10 +2574,26 @@ mod tests {
             "threshold=0",
             "gram_clip=2",
         ]);
+        let z = plan_z(5.0, 1);
         let z_s = t.select_multiplier().unwrap().unwrap();
-        assert!((z_s - plan_z(5.0, 1) / 0.05f64.sqrt()).abs() < 1e-9);
-        assert_trace_noise_scale(&t, &data, z_s, 1500, |params| {
-            assert_eq!(params["select"]["n"], 0)
+        assert!((z_s - z / 0.05f64.sqrt()).abs() < 1e-9);
+        let (count, rest) = t.shares();
+        let (z_t, z_rest) = t.stateless_multipliers().unwrap();
+        assert!((z_t - z / 0.005f64.sqrt()).abs() < 1e-9);
+        assert!((z_rest - z / (rest + 0.045).sqrt()).abs() < 1e-9);
+        assert!((count + rest + 0.05 - 1.0).abs() < 1e-12);
+        let (_, z_c, _) = t.multipliers().unwrap();
+        let pooled_sd = 1.0 / (1.0 / (z_c * 4.0).powi(2) + 1.0 / (z_rest * 4.0).powi(2)).sqrt();
+        // gram_clip 2: a rating moves the trace by at most 1, a user by 4.
+        let actual = steered_rating_multiplier(z_c, z_t * 4.0, z_rest, &t.contribution);
+        assert!(actual >= t.rating_z(true).unwrap());
+        assert_trace_noise_scale(&t, &data, z_t, 1500, |params| {
+            assert_eq!(params["select"]["n"], 0);
+            assert!((params["z_gram"].as_f64().unwrap() - z_rest).abs() < 1e-9);
+            if params["spent_on"] == "counts" {
+                let sd = params["sigma_count"].as_f64().unwrap();
+                assert!((sd - pooled_sd).abs() < 1e-9, "{sd} against {pooled_sd}");
+            }
         });
 
         let taste = taste_or_noise(true, &mut crate::rng::seeded(5));
