@@ -112,6 +112,11 @@ fn report_error(e: ReportError) -> ApiError {
         ReportError::Budget(u, eps) => ApiError::forbidden(format!(
             "user {u:?}: the RDP budget does not admit another report (eps {eps})"
         )),
+        e @ ReportError::Held(..) => ApiError::new(
+            StatusCode::CONFLICT,
+            "A release in progress holds part of this budget",
+            e.to_string(),
+        ),
         ReportError::Invalid(p) => match p {
             crate::ldp::private_gd::ProtocolError::Invalid { field, reason } => {
                 ApiError::invalid(field, reason)
@@ -130,7 +135,7 @@ fn report_error(e: ReportError) -> ApiError {
     request_body = ReportBody,
     responses((status = 201, body = ReportReceipt),
         (status = 404, description = "Unknown round", body = super::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Round closed, or the user already reported in it", body = super::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Round closed, the user already reported in it, or the report would leave too little budget for the charge of a release in progress (retry after it is published)", body = super::Problem, content_type = "application/problem+json"),
         (status = 403, description = "User deleted or budget exhausted", body = super::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Report does not fit the round", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]

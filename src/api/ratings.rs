@@ -126,7 +126,7 @@ pub fn validate_batch(state: &AppState, batch: RatingBatch) -> Result<Vec<NewRat
         (status = 403, description = "Role too low (writer needed)", body = super::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or batch too large", body = super::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not application/json", body = super::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Conflict with stored state (LDP over a raw rating, re-rating an LDP pair, user budget cannot take a local eps); nothing stored", body = super::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Conflict with stored state (LDP over a raw rating, re-rating an LDP pair, user budget cannot take a local eps, or would leave too little for the charge of a release in progress: retry after it is published); nothing stored", body = super::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field (path with index), or an item outside the catalogue (`ratings[k].item`; register it with POST /v1/admin/items)", body = super::Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = [])))]

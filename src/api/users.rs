@@ -15,6 +15,7 @@ use super::models::{public_mechanisms, public_params, MechanismView};
 use super::{json_body, path_id, ApiError, AppState, Page};
 use crate::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
 use crate::config::Role;
+use crate::store::SettingsWrite;
 use crate::train::charges::PrivacyUnit;
 use crate::train::Guarantee;
 
@@ -146,7 +147,7 @@ fn parse_settings(
     params(("user" = String, Path)),
     request_body = UserSettingsIn,
     responses((status = 200, body = UserSettings),
-        (status = 409, description = "A budget raise after the user has been charged (the problem's `field` names budget_eps or budget_delta)", body = super::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A budget raise after the user has been charged, or a lowering that would not cover the charge of a release in progress (retry after it is published); the problem's `field` names budget_eps or budget_delta", body = super::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or a budget above budget.max_user_eps / budget.max_user_delta", body = super::Problem, content_type = "application/problem+json")),
     security(("api_key" = [])))]
 pub async fn put_settings(
@@ -187,24 +188,48 @@ pub async fn put_settings(
     if charged && s.budget_delta > cur_delta {
         return Err(raise_refused("budget_delta", cur_delta, s.budget_delta));
     }
-    // The store refuses a raise atomically if a release charged the user meanwhile.
-    let applied = state
+    // The store refuses a raise atomically if a release charged the user meanwhile, and
+    // a lowering that a release in flight could not be charged within.
+    let written = state
         .store
         .put_user_settings(&s.user, s.default_eps, s.budget_eps, s.budget_delta)
         .await?;
-    if !applied {
-        let field = if s.budget_eps > cur_eps {
-            "budget_eps"
-        } else {
-            "budget_delta"
-        };
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "Budget cannot be raised",
-            "the user was charged while the settings were changed; a budget is never raised \
-             once the user has been charged",
-        )
-        .with_field(field));
+    match written {
+        SettingsWrite::Applied => {}
+        SettingsWrite::RaiseRefused => {
+            let field = if s.budget_eps > cur_eps {
+                "budget_eps"
+            } else {
+                "budget_delta"
+            };
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Budget cannot be raised",
+                "the user was charged while the settings were changed; a budget is never \
+                 raised once the user has been charged",
+            )
+            .with_field(field));
+        }
+        SettingsWrite::Held => {
+            let field = if s.budget_eps < cur_eps {
+                "budget_eps"
+            } else {
+                "budget_delta"
+            };
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "A release in progress holds part of this budget",
+                format!(
+                    "a release started before this change and will charge user {:?} its \
+                     user-level cost when it commits; this budget would not cover that \
+                     charge. Retry once the release has been published (GET /v1/models \
+                     lists it; a release takes seconds to a minute), or choose a budget \
+                     that covers one more release",
+                    s.user
+                ),
+            )
+            .with_field(field));
+        }
     }
     Ok(HttpResponse::Ok().json(s))
 }

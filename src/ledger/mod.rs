@@ -289,6 +289,29 @@ impl UserBudget {
     }
 }
 
+/// Whether a change of one user's ledger state, from `before` (`None`: no such user yet)
+/// to `after` (a lowered budget, or a local charge added to the consumed curve), keeps
+/// the charge `held` by a release in flight admissible: a user whose filter admitted the
+/// held events before the change may be in that release, and its commit will charge
+/// them, so the filter must still admit them after it. A user the filter did not admit
+/// is not charged by that release (the planner admits exactly the users whose filter
+/// admits the release's constant event, and a filter only loses room while the user has
+/// been charged). Public values and the user's own state only: the refusal leaks nothing
+/// about anyone else (docs/LEDGER.md, "Releases in flight").
+pub fn keeps_hold(
+    before: Option<&UserBudget>,
+    after: &UserBudget,
+    held: &[PrivacyEvent],
+) -> Result<bool, AccountantError> {
+    if held.is_empty() {
+        return Ok(true);
+    }
+    match before {
+        Some(b) if b.admits(held)? => after.admits(held),
+        _ => Ok(true),
+    }
+}
+
 /// Why a rating or user takes no part in a release.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Exclusion {
@@ -804,6 +827,45 @@ mod tests {
         assert_eq!(p.admitted_len(), 301);
         let p = plan(&params, &many, &budgets(&[("heavy", 0.4), ("light", 0.4)]));
         assert_eq!(p.users_excluded.len(), 2, "{:?}", p.users_excluded);
+    }
+
+    /// A change that leaves too little room for the held event is refused only for a
+    /// user the filter admitted before it; without a hold, or for a user the release
+    /// cannot be charging (filter already full, or no such user), anything goes.
+    #[test]
+    fn a_hold_refuses_only_changes_that_would_break_the_release() {
+        let held = [PrivacyEvent::gaussian(5.0, 1).unwrap()];
+        let at = |eps: f64| UserBudget {
+            eps,
+            delta: 1e-6,
+            consumed: RdpCurve::zeros_default(),
+        };
+        // The smallest budget that admits the held event, to 1e-3.
+        let (mut lo, mut hi) = (0.0, 10.0);
+        while hi - lo > 1e-3 {
+            let mid = (lo + hi) / 2.0;
+            if at(mid).admits(&held).unwrap() {
+                hi = mid
+            } else {
+                lo = mid
+            }
+        }
+        let before = at(10.0);
+        assert!(keeps_hold(Some(&before), &at(hi), &held).unwrap());
+        assert!(!keeps_hold(Some(&before), &at(lo), &held).unwrap());
+        assert!(keeps_hold(Some(&before), &at(lo), &[]).unwrap());
+        assert!(keeps_hold(None, &at(lo), &held).unwrap());
+        // Full before the change: not in the release.
+        assert!(keeps_hold(Some(&at(lo)), &at(lo / 2.0), &held).unwrap());
+        // A local charge on top of the consumed curve counts like a lowered budget.
+        let charged = UserBudget {
+            consumed: before
+                .charge(&[PrivacyEvent::PureDp { eps: 9.5, count: 1 }])
+                .unwrap()
+                .unwrap(),
+            ..before.clone()
+        };
+        assert!(!keeps_hold(Some(&before), &charged, &held).unwrap());
     }
 
     /// A user whose consumed curve leaves no room is excluded even with a tiny charge.

@@ -299,6 +299,11 @@ impl Retrainer {
         let series = self.current_series().await?;
         let p = series.params;
         let t = series.period + 1;
+        // The series' user event, charged to the users this tick lets join: held before
+        // their budgets are read (`store::holds`).
+        self.lane_writes
+            .set_hold(&self.holder, &[p.user_event()])
+            .await?;
         let (plan, items) = self.read_tick(&series, t, &mut clock).await?;
         let mut rng = crate::rng::from_seed_or_os(self.config.seed);
         let node = tick_node(t);

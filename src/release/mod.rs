@@ -13,7 +13,7 @@ pub mod steps;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::accountant::LifetimePlan;
+use crate::accountant::{LifetimePlan, PrivacyEvent};
 use crate::config::Settings;
 use crate::data::RatingScale;
 use crate::ledger::SharePolicy;
@@ -459,6 +459,10 @@ impl Retrainer {
             })
         };
         let result = self.release(job_id, started_at, force).await;
+        // Committed or not, this release charges nothing more: end its hold.
+        if let Err(e) = self.lane_writes.clear_hold(&self.holder).await {
+            log::warn!("ending the release's hold: {e}");
+        }
         let _ = stop.send(());
         let _ = renewer.await;
         if let Err(e) = self.lane_writes.release_lease(&self.holder).await {
@@ -490,8 +494,19 @@ impl Retrainer {
             return self.continual_release(job_id, started_at).await;
         }
         let mut clock = StageClock::start();
-        let snap = self.background.snapshot().await?;
+        let held = self.hold_planned_event().await?;
+        let mut snap = self.background.snapshot().await?;
         clock.mark("snapshot");
+        let mut admission = steps::admit(&self.config, &self.trainer, &snap)?;
+        let charged: Vec<PrivacyEvent> = admission.user_event.iter().cloned().collect();
+        if charged != held {
+            // The catalogue changed between the hold and the snapshot, and so did the
+            // event: hold the one this release charges, then decide its users again from
+            // their budgets as they stand under that hold (`store::holds`).
+            self.lane_writes.set_hold(&self.holder, &charged).await?;
+            snap.users = self.background.live_budgets().await?;
+            admission = steps::admit(&self.config, &self.trainer, &snap)?;
+        }
         let Admission {
             mut plan,
             private,
@@ -499,7 +514,7 @@ impl Retrainer {
             trainer,
             popularity_eps: pop_eps,
             user_event,
-        } = steps::admit(&self.config, &self.trainer, &snap)?;
+        } = admission;
         clock.mark("admission");
         // The set consumes the snapshot and carries what the charges read (ids, users, each
         // rating's terms): at 20M ratings the snapshot is half a gigabyte, the plan's list
@@ -578,6 +593,21 @@ impl Retrainer {
         clock.mark("commit");
         log::info!("release stages: {clock}");
         out
+    }
+
+    /// Writes the hold of this release (`store::holds`) before its snapshot: the
+    /// user-level event a proven trainer will charge, calibrated from the catalogue's
+    /// size now (public). Returns the events held (none for a trainer that charges no
+    /// user-level event).
+    async fn hold_planned_event(&self) -> Result<Vec<PrivacyEvent>, ReleaseError> {
+        if self.trainer.guarantee() != Guarantee::Proven {
+            return Ok(Vec::new());
+        }
+        let m = self.lane_writes.item_count().await?.max(1);
+        let (_, _, event) = steps::calibrate(&self.config, &self.trainer, m)?;
+        let held = vec![event];
+        self.lane_writes.set_hold(&self.holder, &held).await?;
+        Ok(held)
     }
 
     /// [`input_shortfall`] of a release's DP counts (or of `own_total`, the total of its

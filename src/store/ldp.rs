@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
-use crate::ledger::{pure_events, UserBudget};
+use crate::accountant::PrivacyEvent;
+use crate::ledger::{keeps_hold, pure_events, UserBudget};
 
 /// Rows per lookup of existing pairs (2 binds per row; small for the reason given at
 /// `ratings::UPSERT_CHUNK`).
@@ -83,6 +84,7 @@ pub(super) async fn charge_users(
     tx: &mut Tx,
     rows: &[&NewRating],
     for_update: &str,
+    held: &[PrivacyEvent],
 ) -> Result<(), StoreError> {
     let mut by_user: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for r in rows {
@@ -116,6 +118,23 @@ pub(super) async fn charge_users(
                     eps.iter().sum::<f64>()
                 ))
             })?;
+        let after = UserBudget {
+            consumed: next.clone(),
+            ..budget.clone()
+        };
+        let keeps =
+            keeps_hold(Some(&budget), &after, held).map_err(|source| StoreError::Accounting {
+                user: user.to_owned(),
+                source,
+            })?;
+        if !keeps {
+            return Err(StoreError::Conflict(format!(
+                "user {user:?}: a release in progress will charge this user when it commits, \
+                 and the local eps of these LDP ratings ({}) would leave too little budget \
+                 for that charge; retry once the release has been published",
+                eps.iter().sum::<f64>()
+            )));
+        }
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))

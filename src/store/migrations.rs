@@ -52,6 +52,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "lazy_rating_spends",
         include_str!("../../migrations/sqlite/0016_lazy_rating_spends.sql"),
     ),
+    (
+        18,
+        "release_holds",
+        include_str!("../../migrations/sqlite/0018_release_holds.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -108,6 +113,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         17,
         "users_curves_inline",
         include_str!("../../migrations/postgres/0017_users_curves_inline.sql"),
+    ),
+    (
+        18,
+        "release_holds",
+        include_str!("../../migrations/postgres/0018_release_holds.sql"),
     ),
 ];
 

@@ -8,6 +8,7 @@
 mod audit;
 mod catalogue;
 pub mod foreground;
+mod holds;
 mod id_runs;
 mod jobs;
 mod keys;
@@ -123,6 +124,17 @@ pub struct UserRow {
     pub budget_delta: f64,
     pub consumed: RdpCurve,
     pub deleted: bool,
+}
+
+/// What [`Store::put_user_settings`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingsWrite {
+    Applied,
+    /// A raise of a user who has been charged (never allowed).
+    RaiseRefused,
+    /// A lowering that would not admit the charge of a release in flight for this user
+    /// (`store::holds`): allowed again once that release has committed.
+    Held,
 }
 
 /// Errors of the store that the API maps to statuses.

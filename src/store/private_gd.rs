@@ -34,6 +34,14 @@ pub enum ReportError {
     Deleted(String),
     #[error("user {0:?}: the RDP budget does not admit another report of eps {1}")]
     Budget(String, f64),
+    /// The report would leave too little of the user's budget for the charge of a
+    /// release in flight (`store::holds`); it may be sent again once that release has
+    /// committed.
+    #[error(
+        "user {0:?}: a report of eps {1} would leave too little budget for the charge of \
+         the release in progress; retry once it has been published"
+    )]
+    Held(String, f64),
     #[error("{0}")]
     Invalid(crate::ldp::private_gd::ProtocolError),
     #[error(transparent)]
@@ -129,6 +137,8 @@ impl Store {
         defaults: Defaults,
     ) -> Result<f64, ReportError> {
         let mut tx = self.begin_exclusive().await?;
+        // The hold of a release in flight before the user's row (`store::holds`).
+        let held = super::holds::held_events(&mut tx, self.backend).await?;
         let (round, eps_round) = self.lock_open_round(&mut tx, report).await?;
         let dup = sqlx::query("SELECT 1 FROM ldp_reports WHERE round_id = $1 AND user_id = $2")
             .bind(round)
@@ -177,6 +187,19 @@ impl Store {
                 source,
             })?
             .ok_or_else(|| ReportError::Budget(user.to_owned(), eps_round))?;
+        let after = UserBudget {
+            consumed: next.clone(),
+            ..budget.clone()
+        };
+        let keeps = crate::ledger::keeps_hold(Some(&budget), &after, &held).map_err(|source| {
+            StoreError::Accounting {
+                user: user.to_owned(),
+                source,
+            }
+        })?;
+        if !keeps {
+            return Err(ReportError::Held(user.to_owned(), eps_round));
+        }
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sqlx::Row;
 
 use super::{
-    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, Store, StoreCounts, StoreError,
-    Tx, UserRow,
+    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, SettingsWrite, Store,
+    StoreCounts, StoreError, Tx, UserRow,
 };
 use crate::accountant::RdpCurve;
 use crate::ledger::UserBudget;
@@ -47,11 +47,18 @@ impl Store {
         // never behind a whole release, and never failing at once on a busy database.
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
+        // LDP ratings charge their users: the hold of a release in flight first, before
+        // any user's row (the lock order of `store::holds`).
+        let held = if batch.rows.iter().any(|r| r.ldp.is_some()) {
+            super::holds::held_events(&mut tx, self.backend).await?
+        } else {
+            Vec::new()
+        };
         let created = match self.backend {
             Backend::Sqlite => upsert_sqlite(&mut tx, &batch, defaults, now).await?,
             Backend::Postgres => upsert_postgres(&mut tx, &batch, defaults, now).await?,
         };
-        super::ldp::charge_users(&mut tx, &batch.rows, self.for_update()).await?;
+        super::ldp::charge_users(&mut tx, &batch.rows, self.for_update(), &held).await?;
         tx.commit().await?;
         Ok(created)
     }
@@ -80,16 +87,53 @@ impl Store {
     /// Creates or updates a user's settings; the consumed curve is never touched. A
     /// budget (eps_u, delta_u) may be lowered at any time but raised only while the user
     /// has not been charged (DESIGN 4): the update is refused, atomically with any release
-    /// that charges the user, when it raises either value of a charged user. Returns
-    /// false when it was refused.
+    /// that charges the user, when it raises either value of a charged user. While a
+    /// release is in flight, a budget that would not admit its held charge for a user it
+    /// may be charging is refused too ([`crate::ledger::keeps_hold`]), so a settings change
+    /// never makes a release fail (docs/LEDGER.md, "Releases in flight").
     pub async fn put_user_settings(
         &self,
         id: &str,
         default_eps: Option<f64>,
         budget_eps: f64,
         budget_delta: f64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<SettingsWrite, StoreError> {
         let now = now_ms();
+        let _gate = self.write_gate().await;
+        let mut tx = self.begin_write().await?;
+        // The hold before the user's row (the lock order of `store::holds`).
+        let held = super::holds::held_events(&mut tx, self.backend).await?;
+        if !held.is_empty() {
+            let row = sqlx::query(&format!(
+                "SELECT budget_eps, budget_delta, rdp_consumed FROM users WHERE id = $1{}",
+                self.for_update()
+            ))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(r) = row {
+                let before = UserBudget {
+                    eps: r.try_get(0)?,
+                    delta: r.try_get(1)?,
+                    consumed: parse_curve(&r.try_get::<String, _>(2)?)?,
+                };
+                let after = UserBudget {
+                    eps: budget_eps.min(before.eps),
+                    delta: budget_delta.min(before.delta),
+                    consumed: before.consumed.clone(),
+                };
+                let keeps =
+                    crate::ledger::keeps_hold(Some(&before), &after, &held).map_err(|source| {
+                        StoreError::Accounting {
+                            user: id.to_owned(),
+                            source,
+                        }
+                    })?;
+                if !keeps {
+                    return Ok(SettingsWrite::Held);
+                }
+            }
+        }
         // `default_eps` is bound as a number and a flag, never as a NULL: on PostgreSQL a
         // statement cached with a NULL-typed parameter rejects a later f64 ("incorrect
         // binary data format in bind parameter 2").
@@ -111,9 +155,13 @@ impl Store {
         .bind(curve_json(&RdpCurve::zeros_default()))
         .bind(now)
         .bind(i64::from(default_eps.is_some()))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(r.rows_affected() > 0)
+        if r.rows_affected() == 0 {
+            return Ok(SettingsWrite::RaiseRefused);
+        }
+        tx.commit().await?;
+        Ok(SettingsWrite::Applied)
     }
 
     /// Deletes a rating's value (the budget slot and its ledger history stay).

@@ -370,7 +370,9 @@ async fn read_pending(tx: &mut super::Tx) -> Result<Pending, StoreError> {
 }
 
 /// Every live user's budget (with or without ratings).
-async fn live_budgets(tx: &mut super::Tx) -> Result<BTreeMap<String, UserBudget>, StoreError> {
+pub(super) async fn live_budgets(
+    tx: &mut super::Tx,
+) -> Result<BTreeMap<String, UserBudget>, StoreError> {
     let mut rows = sqlx::query(
         "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
     )

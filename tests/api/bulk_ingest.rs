@@ -163,10 +163,13 @@ async fn bulk_scenario(url: &str) -> Vec<String> {
     let store = &app.store;
     let items: Vec<String> = (0..800).map(|i| format!("i{i}")).collect();
     store.register_items(&items).await.unwrap();
-    assert!(store
-        .put_user_settings("u3", Some(2.5), 10.0, 1e-6)
-        .await
-        .unwrap());
+    assert_eq!(
+        store
+            .put_user_settings("u3", Some(2.5), 10.0, 1e-6)
+            .await
+            .unwrap(),
+        dprec::store::SettingsWrite::Applied
+    );
     let a = batch_a();
     let want = expected(&ratings(store).await, &a);
     assert_eq!(store.upsert_ratings(&a, DEFAULTS).await.unwrap(), 4000);

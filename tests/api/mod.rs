@@ -13,6 +13,7 @@ mod catalogue;
 mod continual;
 mod hardening;
 mod health;
+mod holds;
 mod honest;
 mod keys;
 mod ldp;
