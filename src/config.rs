@@ -233,6 +233,12 @@ pub struct ReleaseSettings {
     pub mode: ReleaseMode,
     /// Continual mode: distinct items counted per user over a series (arrival order).
     pub continual_cap: usize,
+    /// Seconds after its job's start at which a release becomes visible (served, listed,
+    /// in `/readyz`): a public deadline, so that when a release appears does not depend
+    /// on how long it took to compute and commit (which grows with the data). A release
+    /// that is not committed by then appears at the next multiple of this delay after
+    /// its start. 0: at its commit (a time that grows with the data).
+    pub publish_delay_secs: u64,
 }
 
 impl Default for ReleaseSettings {
@@ -240,6 +246,7 @@ impl Default for ReleaseSettings {
         Self {
             mode: ReleaseMode::Independent,
             continual_cap: crate::train::topn::continual::DEFAULT_CAP,
+            publish_delay_secs: 10,
         }
     }
 }
@@ -512,6 +519,12 @@ impl Settings {
             bail!(
                 "release.continual_cap must be in [1, 65536], got {}",
                 self.release.continual_cap
+            );
+        }
+        if self.release.publish_delay_secs > 86_400 {
+            bail!(
+                "release.publish_delay_secs must be at most 86400 (one day), got {}",
+                self.release.publish_delay_secs
             );
         }
         Ok(())

@@ -346,14 +346,15 @@ impl Retrainer {
         let rec = self.tick_record(&series, t, &plan, &items, &counts, job_id, started_at)?;
         let published = self.tick_published(&rec, items, counts)?;
         clock.mark("estimate, record");
-        let id = commit_release(&self.lane_writes, &rec, self.hooks.inside_commit.as_deref())
-            .await?
-            .release_id;
+        let committed =
+            commit_release(&self.lane_writes, &rec, self.hooks.inside_commit.as_deref()).await?;
+        let id = committed.release_id;
         clock.mark("commit");
         self.lane_writes
             .advance_series(series.id, &plan.tick)
             .await?;
         clock.mark("tick record");
+        super::wait_until_visible(committed.visible_at).await;
         log::info!("tick stages: {clock}");
         self.publish(published, id, &rec, &crate::ledger::Plan::default());
         log::info!(
@@ -532,6 +533,7 @@ impl Retrainer {
             popularity_json: serde_json::to_string(&popularity)?,
             // Offers are read outside one snapshot: the commit reads the rows.
             snapshot_clock: None,
+            publish_delay_ms: self.config.publish_delay_ms,
         })
     }
 

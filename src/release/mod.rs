@@ -61,6 +61,8 @@ pub struct ReleaseConfig {
     pub mode: crate::config::ReleaseMode,
     /// `release.continual_cap`.
     pub continual_cap: usize,
+    /// `release.publish_delay_secs`, in ms ([`public_deadline`]).
+    pub publish_delay_ms: i64,
 }
 
 impl ReleaseConfig {
@@ -86,6 +88,7 @@ impl ReleaseConfig {
             min_input_ratio: s.retrain.min_input_ratio,
             mode: s.release.mode,
             continual_cap: s.release.continual_cap,
+            publish_delay_ms: s.release.publish_delay_secs as i64 * 1000,
         })
     }
 }
@@ -576,6 +579,7 @@ impl Retrainer {
             started_at,
         })?;
         rec.snapshot_clock = ledger_clock;
+        rec.publish_delay_ms = self.config.publish_delay_ms;
         // The served form is built before committing, so a model that cannot be served
         // (e.g. dimensions that do not match the id lists) is refused with nothing charged.
         // Served through the ranker only if it was stored with the release (a restart
@@ -645,9 +649,9 @@ impl Retrainer {
                 shortfall,
             });
         }
-        let id = commit_release(&self.lane_writes, rec, hook)
-            .await?
-            .release_id;
+        let committed = commit_release(&self.lane_writes, rec, hook).await?;
+        let id = committed.release_id;
+        wait_until_visible(committed.visible_at).await;
         self.publish(published, id, rec, plan);
         let note = shortfall.map(|s| format!("forced: published although {s}"));
         if let Some(n) = &note {
@@ -739,6 +743,16 @@ impl Retrainer {
             .set(row.release.created_at as f64 / 1000.0);
         self.registry.publish(Arc::new(p));
         Ok(Some(id))
+    }
+}
+
+/// Waits for a committed release's public time ([`crate::store::public_deadline`]) before
+/// it is swapped in: until then nothing a caller can see (the served model, `/readyz`,
+/// the release list, the metrics) says that it exists.
+pub(super) async fn wait_until_visible(visible_at: i64) {
+    let wait = visible_at.saturating_sub(now_ms());
+    if wait > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
     }
 }
 

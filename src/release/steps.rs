@@ -808,6 +808,8 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
         items_json: serde_json::to_string(&set.item_ids)?,
         popularity_json: serde_json::to_string(popularity)?,
         snapshot_clock: None,
+        // Set by the release from its configuration.
+        publish_delay_ms: 0,
     })
 }
 
@@ -835,6 +837,7 @@ mod tests {
             min_input_ratio: 0.0,
             mode: crate::config::ReleaseMode::Independent,
             continual_cap: 16,
+            publish_delay_ms: 0,
         }
     }
 

@@ -57,6 +57,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "release_holds",
         include_str!("../../migrations/sqlite/0018_release_holds.sql"),
     ),
+    (
+        19,
+        "release_visible_at",
+        include_str!("../../migrations/sqlite/0019_release_visible_at.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -118,6 +123,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         18,
         "release_holds",
         include_str!("../../migrations/postgres/0018_release_holds.sql"),
+    ),
+    (
+        19,
+        "release_visible_at",
+        include_str!("../../migrations/postgres/0019_release_visible_at.sql"),
     ),
 ];
 

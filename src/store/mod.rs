@@ -40,8 +40,8 @@ pub use keys::ApiKeyRow;
 pub use pending::Spend;
 pub use rating_charges::{Before, Charge, RatingChargeRow, RatingCharges};
 pub use releases::{
-    commit_charges_only, commit_release, CommitError, CommitPoint, Committed, InsideTxHook,
-    ModelRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
+    commit_charges_only, commit_release, public_deadline, CommitError, CommitPoint, Committed,
+    InsideTxHook, ModelRow, ReleaseRecord, ReleaseRow, DEFAULT_COMMIT_ROWS,
 };
 pub use series::{SeriesRow, SeriesState, SeriesTick};
 pub use series_offers::{OfferMark, OfferRead, OfferedRating, UPDATE_OVERLAP_MS};

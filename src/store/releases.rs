@@ -66,16 +66,18 @@ pub(crate) fn release_from_row(r: &sqlx::any::AnyRow) -> Result<ReleaseRow, Stor
 impl Store {
     // ----- releases and models --------------------------------------------------
 
-    /// Published releases (those with a stored model), newest first. A release whose
-    /// commit did not finish has no model and is not listed (its charges are in the audit).
+    /// Published releases (those with a stored model, from their visible time on),
+    /// newest first. A release whose commit did not finish has no model and is not listed
+    /// (its charges are in the audit).
     pub async fn releases(&self, limit: i64, offset: i64) -> Result<Vec<ReleaseRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {RELEASE_COLS} FROM releases WHERE EXISTS \
+            "SELECT {RELEASE_COLS} FROM releases WHERE visible_at <= $3 AND EXISTS \
              (SELECT 1 FROM models m WHERE m.release_id = releases.id) \
              ORDER BY id DESC LIMIT $1 OFFSET $2"
         ))
         .bind(limit)
         .bind(offset)
+        .bind(super::now_ms())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(release_from_row).collect()
@@ -84,9 +86,10 @@ impl Store {
     /// The number of published releases (those [`Store::releases`] lists).
     pub async fn release_count(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query(
-            "SELECT COUNT(*) FROM releases WHERE EXISTS \
+            "SELECT COUNT(*) FROM releases WHERE visible_at <= $1 AND EXISTS \
              (SELECT 1 FROM models m WHERE m.release_id = releases.id)",
         )
+        .bind(super::now_ms())
         .fetch_one(&self.pool)
         .await?
         .try_get(0)?)
@@ -102,20 +105,26 @@ impl Store {
         row.as_ref().map(release_from_row).transpose()
     }
 
-    /// Id of the newest stored model, if any.
+    /// Id of the newest visible stored model, if any.
     pub async fn latest_model_id(&self) -> Result<Option<i64>, StoreError> {
-        let r = sqlx::query("SELECT MAX(release_id) FROM models")
-            .fetch_one(&self.pool)
-            .await?;
+        let r = sqlx::query(
+            "SELECT MAX(m.release_id) FROM models m JOIN releases r ON r.id = m.release_id \
+             WHERE r.visible_at <= $1",
+        )
+        .bind(super::now_ms())
+        .fetch_one(&self.pool)
+        .await?;
         Ok(r.try_get(0)?)
     }
 
-    /// The newest release that has a model.
+    /// The newest release that has a model and is visible.
     pub async fn latest_model(&self) -> Result<Option<ModelRow>, StoreError> {
         let row = sqlx::query(
-            "SELECT release_id, model, users, items, popularity FROM models \
-             ORDER BY release_id DESC LIMIT 1",
+            "SELECT m.release_id, m.model, m.users, m.items, m.popularity FROM models m \
+             JOIN releases r ON r.id = m.release_id WHERE r.visible_at <= $1 \
+             ORDER BY m.release_id DESC LIMIT 1",
         )
+        .bind(super::now_ms())
         .fetch_optional(&self.pool)
         .await?;
         let Some(r) = row else { return Ok(None) };
@@ -188,7 +197,28 @@ pub struct ReleaseRecord {
     /// its own transactions, it re-checks against those states without reading the rows.
     /// `None`: it reads them.
     pub snapshot_clock: Option<i64>,
+    /// `release.publish_delay_secs` in ms: the release becomes visible at
+    /// [`public_deadline`] of its start (0: at its commit).
+    pub publish_delay_ms: i64,
 }
+
+/// The public time at which a release started at `started_at` (ms) becomes visible when
+/// its model is stored at `ready` (ms): the first `started_at + k * delay_ms` (k >= 1) not
+/// before `ready`, so that the time depends on the data only when a release outlasts the
+/// delay, and then only by whole multiples of it. `delay_ms <= 0`: visible at once (0).
+pub fn public_deadline(started_at: i64, delay_ms: i64, ready: i64) -> i64 {
+    if delay_ms <= 0 {
+        return 0;
+    }
+    let waited = ready.saturating_sub(started_at).max(0);
+    let k = (waited.saturating_add(delay_ms - 1) / delay_ms).max(1);
+    started_at.saturating_add(k.saturating_mul(delay_ms))
+}
+
+/// How long before the model's COMMIT its visible time is fixed at the latest: a deadline
+/// closer than this to the model's insert moves to the next one, so the row is never
+/// committed after its own visible time.
+const VISIBLE_MARGIN_MS: i64 = 1_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -375,6 +405,9 @@ pub struct Committed {
     /// else was committed since the release's snapshot, or it had none), rather than
     /// re-checking them against the states the release was planned from.
     pub rows_reread: bool,
+    /// When the release becomes visible ([`public_deadline`]; 0: at once; `i64::MAX`:
+    /// never, a release whose model was not stored).
+    pub visible_at: i64,
 }
 
 /// Records `rec` (see the comment above), once its model is stored, i.e. published.
@@ -427,6 +460,7 @@ async fn commit(
         phases: PhaseTimes::default(),
         clock: rec.snapshot_clock,
         settled: HashSet::new(),
+        visible_at: i64::MAX,
     };
     // The stretch since the last pause (or the start): did a request start or run in it?
     let mut stretch = store.foreground().mark();
@@ -480,6 +514,7 @@ async fn commit(
         pauses: progress.phases.pauses,
         gaps: progress.phases.gaps,
         rows_reread: progress.clock.is_none(),
+        visible_at: progress.visible_at,
     })
 }
 
@@ -515,6 +550,8 @@ struct Progress {
     clock: Option<i64>,
     /// Users this commit has settled (their later charges are written to the rows too).
     settled: HashSet<String>,
+    /// The visible time written with the model.
+    visible_at: i64,
 }
 
 /// Moves the ledger clock on (in a transaction that charges ratings, under the commit
@@ -710,6 +747,14 @@ async fn commit_chunk(
         .bind(&rec.popularity_json)
         .execute(&mut *tx)
         .await?;
+        let ready = super::now_ms().saturating_add(VISIBLE_MARGIN_MS);
+        let visible_at = public_deadline(rec.started_at, rec.publish_delay_ms, ready);
+        sqlx::query("UPDATE releases SET visible_at = $2 WHERE id = $1")
+            .bind(id)
+            .bind(visible_at)
+            .execute(&mut *tx)
+            .await?;
+        progress.visible_at = visible_at;
     }
     if let Some(hook) = hook {
         hook(point).map_err(CommitError::Injected)?;
@@ -758,8 +803,8 @@ async fn lock_users(
 async fn insert_release(tx: &mut Tx, rec: &ReleaseRecord) -> Result<i64, CommitError> {
     Ok(sqlx::query(
         "INSERT INTO releases (trainer, params, guarantee, mechanisms, popularity_eps, \
-         n_ratings, n_users, n_items, job_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+         n_ratings, n_users, n_items, job_id, created_at, visible_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
     )
     .bind(&rec.trainer)
     .bind(rec.params.to_string())
@@ -771,6 +816,8 @@ async fn insert_release(tx: &mut Tx, rec: &ReleaseRecord) -> Result<i64, CommitE
     .bind(rec.n_items)
     .bind(rec.job_id)
     .bind(rec.started_at)
+    // Never visible until the model is stored with its visible time.
+    .bind(i64::MAX)
     .fetch_one(&mut **tx)
     .await?
     .try_get(0)?)

@@ -406,6 +406,7 @@ impl ServeProcess {
             .env("DPREC_TRAINER__NAME", "dp-popularity")
             .env("DPREC_RELEASE__MODE", "continual")
             .env("DPREC_RELEASE__CONTINUAL_CAP", "4")
+            .env("DPREC_RELEASE__PUBLISH_DELAY_SECS", "0")
             .env("DPREC_BUDGET__PLANNED_RELEASES", "4")
             .env("DPREC_BUDGET__DEFAULT_USER_EPS", "10")
             .env("DPREC_BUDGET__MAX_USER_EPS", "10")

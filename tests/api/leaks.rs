@@ -278,3 +278,88 @@ async fn scheduled_times_are_the_ticks(url: &str) {
     assert!((gap - 1000).abs() <= 5, "ticks {gap} ms apart: {jobs:?}");
 }
 both_backends!(scheduled_times_are_the_ticks);
+
+/// A release becomes visible at its public deadline, its job's start plus
+/// `release.publish_delay_secs` (or a later multiple of it), not when its commit ends: a
+/// release whose commit is slowed (as a large store's is) and a quick one are both
+/// visible `delay` after their start when both committed in time, and until then the
+/// key-less `/readyz` and the public release list show the previous release although the
+/// new one is committed.
+async fn releases_appear_at_a_public_deadline(url: &str) {
+    const DELAY_MS: i64 = 3_000;
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let s2 = slow.clone();
+    let hooks = Hooks {
+        before_commit: Some(std::sync::Arc::new(move || {
+            let ms = s2.load(std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(())
+        })),
+        ..Hooks::default()
+    };
+    let mut s = settings(url);
+    s.release.publish_delay_secs = (DELAY_MS / 1000) as u64;
+    let (t, _) = crate::api::fake::FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(s, t, hooks).await;
+    app.ingest(&[("a", "i1", 4.0, None), ("b", "i2", 3.0, None)])
+        .await;
+    let mut previous: Option<i64> = None;
+    for slow_ms in [0u64, 1_200] {
+        slow.store(slow_ms, std::sync::atomic::Ordering::SeqCst);
+        let (st, job) = app.post("/v1/admin/retrain", ADMIN, &json!({})).await;
+        assert_eq!(st, 202, "{job}");
+        let id = job["id"].as_i64().unwrap();
+        let started = app.job(id).await.created_at;
+        // Until the model is stored (the commit's end), then read what the public sees.
+        let (release, visible_at) = loop {
+            let row = sqlx::query(
+                "SELECT m.release_id, r.visible_at FROM models m \
+                 JOIN releases r ON r.id = m.release_id ORDER BY m.release_id DESC LIMIT 1",
+            )
+            .fetch_optional(app.store.pool())
+            .await
+            .unwrap();
+            let got = row.map(|r| {
+                use sqlx::Row;
+                (
+                    r.try_get::<i64, _>(0).unwrap(),
+                    r.try_get::<i64, _>(1).unwrap(),
+                )
+            });
+            if let Some((rid, at)) = got.filter(|(rid, _)| Some(*rid) != previous) {
+                break (rid, at);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let committed = dprec::store::now_ms();
+        let waited = visible_at - started;
+        assert!(
+            waited >= DELAY_MS && waited % DELAY_MS == 0,
+            "slow {slow_ms}: visible {waited} ms after the start"
+        );
+        if committed + 1_000 < started + DELAY_MS {
+            // Committed in time: the deadline is the first one, whatever the commit took.
+            assert_eq!(waited, DELAY_MS, "slow {slow_ms}");
+        }
+        if dprec::store::now_ms() + 200 < visible_at {
+            let (_, ready) = app.get("/readyz", "").await;
+            assert_eq!(ready["model_version"].as_i64(), previous, "{ready}");
+            let (_, list) = app.get("/v1/models", PUBLIC).await;
+            let listed: Vec<i64> = list["releases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap())
+                .collect();
+            assert!(!listed.contains(&release), "{list}");
+        }
+        let job = app.wait_job(id).await;
+        assert_eq!(job.status, "succeeded", "{job:?}");
+        assert!(dprec::store::now_ms() >= visible_at);
+        let (_, ready) = app.get("/readyz", "").await;
+        assert_eq!(ready["model_version"].as_i64(), Some(release), "{ready}");
+        previous = Some(release);
+    }
+    app.stop().await;
+}
+both_backends!(releases_appear_at_a_public_deadline);

@@ -454,6 +454,7 @@ fn manual_record(
         items_json: "[]".into(),
         popularity_json: "{}".into(),
         snapshot_clock: None,
+        publish_delay_ms: 0,
     }
 }
 
