@@ -327,9 +327,15 @@ impl From<Result<Released, ReleaseError>> for Outcome {
     }
 }
 
-/// The pure eps a release's rating charges add up to (the `budget_spent` metric).
-fn charged(rec: &crate::store::ReleaseRecord) -> f64 {
-    rec.rating_charges.total_eps()
+/// What a release's rating charges add up to, counted in the metrics: the pure eps
+/// (`budget_spent`, `dprec_budget_spent_eps_total`) and the Gaussian part in zCDP rho
+/// (`budget_spent_rho`, `dprec_budget_spent_rho_total`), which the served default
+/// (`dp-topn`, Gaussian noise only) charges alone.
+fn charged(metrics: &Metrics, rec: &crate::store::ReleaseRecord) {
+    metrics.budget_spent.inc_by(rec.rating_charges.total_eps());
+    metrics
+        .budget_spent_rho
+        .inc_by(rec.rating_charges.total_rho());
 }
 
 /// Runs releases; one at a time per process (mutex) and per database (lease).
@@ -652,7 +658,7 @@ impl Retrainer {
             let release_id = commit_charges_only(&self.lane_writes, rec, hook)
                 .await?
                 .release_id;
-            self.metrics.budget_spent.inc_by(charged(rec));
+            charged(&self.metrics, rec);
             return Err(ReleaseError::Refused {
                 release_id,
                 shortfall,
@@ -730,7 +736,7 @@ impl Retrainer {
         self.metrics
             .model_published_at
             .set(rec.started_at as f64 / 1000.0);
-        self.metrics.budget_spent.inc_by(charged(rec));
+        charged(&self.metrics, rec);
         self.metrics
             .ratings_exhausted
             .set(plan.ratings_exhausted as i64);
