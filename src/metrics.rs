@@ -27,6 +27,8 @@ pub struct Metrics {
     pub model_version: IntGauge,
     pub model_published_at: Gauge,
     pub budget_spent: prometheus::Counter,
+    /// The Gaussian part of the same charges (zCDP rho), which `budget_spent` omits.
+    pub budget_spent_rho: prometheus::Counter,
     pub ratings_exhausted: IntGauge,
     pub users_excluded: IntGauge,
     pub store_errors: IntCounter,
@@ -87,7 +89,14 @@ impl Metrics {
         .expect("metric");
         let budget_spent = prometheus::Counter::new(
             "dprec_budget_spent_eps_total",
-            "Sum of per-rating eps charged by releases published by this process",
+            "Sum of the pure per-rating eps charged by releases this process published or \
+             refused (the Gaussian part is dprec_budget_spent_rho_total)",
+        )
+        .expect("metric");
+        let budget_spent_rho = prometheus::Counter::new(
+            "dprec_budget_spent_rho_total",
+            "Sum of the Gaussian per-rating charges (zCDP rho) of releases this process \
+             published or refused",
         )
         .expect("metric");
         let ratings_exhausted = IntGauge::new(
@@ -119,6 +128,7 @@ impl Metrics {
             Box::new(training_runs.clone()),
             Box::new(training_duration.clone()),
             Box::new(budget_spent.clone()),
+            Box::new(budget_spent_rho.clone()),
             Box::new(ratings_exhausted.clone()),
             Box::new(users_excluded.clone()),
         ] {
@@ -135,6 +145,7 @@ impl Metrics {
             model_version,
             model_published_at,
             budget_spent,
+            budget_spent_rho,
             ratings_exhausted,
             users_excluded,
             store_errors,
@@ -191,6 +202,7 @@ mod tests {
             "dprec_training_runs_total",
             "dprec_training_duration_seconds",
             "dprec_budget_spent_eps_total",
+            "dprec_budget_spent_rho_total",
             "dprec_ratings_exhausted",
             "dprec_users_excluded",
         ] {

@@ -176,6 +176,21 @@ impl Published {
         Ok(self)
     }
 
+    /// The noise sd of the sum of [`Published::popularity`] when the served ranker states
+    /// it: its counts are the filter's estimates ([`Ranker::count_history`]), whose
+    /// variances are public (functions of the releases' noise scales and the plan's
+    /// drift), plus each count's rounding to a whole number (1/12). `None` when the
+    /// counts carry no stated noise (a separate DP popularity release, or a ranker
+    /// without a filter state).
+    pub fn popularity_total_sd(&self) -> Option<f64> {
+        if !self.ranker_popularity {
+            return None;
+        }
+        let h = self.ranker.as_ref()?.count_history()?;
+        (h.var.len() == self.popularity.len() && h.var.iter().all(|v| v.is_finite()))
+            .then(|| h.var.iter().map(|v| v + 1.0 / 12.0).sum::<f64>().sqrt())
+    }
+
     /// Whether lists come from a ranker over the user's own ratings.
     pub fn has_ranker(&self) -> bool {
         self.ranker.is_some()

@@ -220,6 +220,17 @@ impl RatingCharges {
         self.groups.len()
     }
 
+    /// The Gaussian part all the charges add up to (zCDP `rho`).
+    pub fn total_rho(&self) -> f64 {
+        let mut start = 0;
+        let mut sum = 0.0;
+        for g in &self.groups {
+            sum += g.charge.rho * (g.end - start) as f64;
+            start = g.end;
+        }
+        sum
+    }
+
     /// The pure eps all the charges add up to.
     pub fn total_eps(&self) -> f64 {
         let mut start = 0;

@@ -86,3 +86,46 @@ async fn readyz_fails_when_store_is_gone() {
     assert_eq!(st, 503, "{body}");
     app.handle_stop().await;
 }
+
+/// A metric's value in a Prometheus text page.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Issue 44 (2, 7): the served default charges its ratings a Gaussian part only, so the
+/// pure-eps counter stays 0 after a release; the rho counter counts what it charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_metrics_count_the_default_release() {
+    let db = TestDb::new(Kind::Sqlite, "budget_metrics").await.unwrap();
+    let mut s = settings(&db.url);
+    let d = dprec::config::Settings::default();
+    (s.trainer, s.budget) = (d.trainer, d.budget);
+    let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
+    let mut ratings = Vec::new();
+    for u in 0..30 {
+        for i in 0..8 {
+            ratings.push((format!("u{u}"), format!("i{i}"), (1 + (u + i) % 5) as f64));
+        }
+    }
+    let refs: Vec<(&str, &str, f64, Option<f64>)> = ratings
+        .iter()
+        .map(|(u, i, r)| (u.as_str(), i.as_str(), *r, None))
+        .collect();
+    app.ingest(&refs).await;
+    let page = || async {
+        let r = app
+            .send(app.client.get(app.url("/metrics")).bearer_auth(ADMIN))
+            .await;
+        r.text
+    };
+    assert_eq!(metric(&page().await, "dprec_budget_spent_rho_total"), 0.0);
+    let job = app.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let text = page().await;
+    assert_eq!(metric(&text, "dprec_budget_spent_eps_total"), 0.0);
+    let rho = metric(&text, "dprec_budget_spent_rho_total");
+    assert!(rho > 0.0, "{text}");
+    app.stop().await;
+}

@@ -256,6 +256,7 @@ async fn no_exact_counts_in_public_answers(url: &str) {
         "dprec_ratings_ingested_total",
         "dprec_training_runs_total",
         "dprec_budget_spent_eps_total",
+        "dprec_budget_spent_rho_total",
         "dprec_ratings_exhausted",
         "dprec_users_excluded",
     ];

@@ -2877,7 +2877,7 @@ mod tests {
         let served = ranker(&fitted);
         let h = served.history.clone().unwrap();
         assert_eq!(h.releases, 5);
-        assert_eq!(h.own_total, Some(first.mean.iter().sum()));
+        assert_eq!(h.own_total.map(|t| t.total), Some(first.mean.iter().sum()));
         let q = drift_for(t.plan.releases);
         let predicted = sigma * sigma * (0.5 + q);
         let gain = predicted / (predicted + sigma * sigma);

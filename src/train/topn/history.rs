@@ -28,16 +28,58 @@ pub struct CountHistory {
     pub var: Vec<f64>,
     /// How many releases the state combines (1: this release alone).
     pub releases: u64,
-    /// The sum of this release's own counts, before combining (a DP value): the
-    /// operator-safety rule (`retrain.min_input_ratio`) compares it, so that a sudden fall
-    /// of the input shows at once rather than at the filter's pace.
+    /// The sum of this release's own counts, before combining (a DP value), with the sd
+    /// of its noise (public): the operator-safety rule (`retrain.min_input_ratio`)
+    /// compares it, so that a sudden fall of the input shows at once rather than at the
+    /// filter's pace, and weighs the difference by that sd.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub own_total: Option<f64>,
+    pub own_total: Option<DpTotal>,
     /// The Gram carried across releases by `dp-topn:split=select` ([`GramState`]);
     /// `None` for every other rule. [`CountHistory::update`] keeps none of it: the
     /// trainer attaches the state after its release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gram: Option<Box<GramState>>,
+}
+
+/// A DP total (a sum of `items` published DP counts) and the sd of its noise: the
+/// counts' public noise sd times `sqrt(items)`, with the rounding of each count to a
+/// whole number (variance 1/12 each) added. Both are functions of public values and
+/// published outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "DpTotalRepr")]
+pub struct DpTotal {
+    pub total: f64,
+    pub sd: f64,
+}
+
+impl DpTotal {
+    /// The total of `counts`, each a DP count of noise sd `sigma`, rounded to a whole
+    /// count.
+    pub fn of_counts(counts: &[f64], sigma: f64) -> Self {
+        let n = counts.len() as f64;
+        Self {
+            total: counts.iter().sum(),
+            sd: (n * (sigma * sigma + 1.0 / 12.0)).sqrt(),
+        }
+    }
+}
+
+/// A stored `own_total`: a bare number in states written before the sd was stored (its
+/// sd unknown, 0; a stored total is never compared, only a fresh release's).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DpTotalRepr {
+    Bare(f64),
+    Full { total: f64, sd: f64 },
+}
+
+impl From<DpTotalRepr> for DpTotal {
+    fn from(r: DpTotalRepr) -> Self {
+        match r {
+            DpTotalRepr::Bare(total) => Self { total, sd: 0.0 },
+            DpTotalRepr::Full { total, sd } => Self { total, sd },
+        }
+    }
 }
 
 /// What `dp-topn:split=select` carries from release to release (docs/privacy/dp-topn.md,
@@ -144,7 +186,7 @@ impl CountHistory {
                 mean: counts.to_vec(),
                 var: vec![v; counts.len()],
                 releases: 1,
-                own_total: Some(counts.iter().sum()),
+                own_total: Some(DpTotal::of_counts(counts, sigma)),
                 gram: None,
             });
         };
@@ -168,7 +210,7 @@ impl CountHistory {
             mean,
             var,
             releases: p.releases + 1,
-            own_total: Some(counts.iter().sum()),
+            own_total: Some(DpTotal::of_counts(counts, sigma)),
             gram: None,
         })
     }
@@ -235,7 +277,33 @@ mod tests {
         assert!((h2.mean[0] - (10.0 + 5.0 / 9.0 * 9.0)).abs() < 1e-12);
         assert!((h2.var[0] - 4.0 * 5.0 / 9.0).abs() < 1e-12);
         assert_eq!(h2.releases, 2);
-        assert_eq!(h2.own_total, Some(19.0));
+        assert_eq!(
+            h2.own_total,
+            Some(DpTotal {
+                total: 19.0,
+                sd: (4.0f64 + 1.0 / 12.0).sqrt()
+            })
+        );
+    }
+
+    /// A state stored before the total's sd was (a bare `own_total`) still loads, with
+    /// sd 0; a new one round-trips with its sd.
+    #[test]
+    fn own_total_loads_bare_or_with_its_sd() {
+        let h = first("b", &[3.0, 1.0], 2.0).unwrap();
+        let json = serde_json::to_value(&h).unwrap();
+        let back: CountHistory = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, h);
+        let mut old = json;
+        old["own_total"] = serde_json::json!(4.0);
+        let back: CountHistory = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            back.own_total,
+            Some(DpTotal {
+                total: 4.0,
+                sd: 0.0
+            })
+        );
     }
 
     #[test]
