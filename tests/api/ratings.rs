@@ -50,7 +50,7 @@ async fn bad_input_table(url: &str) {
             "application/json",
             "{\"ratings\": [{\"user\": \"u\", \"item\": \"i\", \"rating\": NaN}]}".into(),
             400,
-            None,
+            Some("ratings[0].rating"),
         ),
         (
             "infinite number",
