@@ -180,15 +180,10 @@ fn http_server(
         let foreground = state.store.foreground().clone();
         App::new()
             .app_data(state.clone())
-            .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid query",
-                    e.to_string(),
-                )
-                .with_field("query")
-                .into()
-            }))
+            .app_data(
+                web::QueryConfig::default()
+                    .error_handler(|e, req| api::untyped_query_error(req, &e.to_string()).into()),
+            )
             .app_data(
                 web::PathConfig::default()
                     .error_handler(|e, _| ApiError::invalid("path", e.to_string()).into()),

@@ -3,6 +3,17 @@
 
 use crate::data::RatingScale;
 
+/// A number as an error message echoes it: as Rust prints it when that is short, else
+/// in scientific notation (`1e308`, not 309 digits; `1e-320`, not 320 zeros).
+pub fn echo(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() <= 24 {
+        plain
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// A user or item id: non-empty, at most `max` bytes, no control characters, no
 /// surrounding whitespace.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,8 +60,10 @@ impl Epsilon {
     pub fn parse(v: f64, max: f64) -> Result<Self, String> {
         if !v.is_finite() || v < Self::MIN || v > max {
             return Err(format!(
-                "eps must be >= {} and <= {max}, got {v}",
-                Self::MIN
+                "eps must be >= {} and <= {}, got {}",
+                Self::MIN,
+                echo(max),
+                echo(v)
             ));
         }
         Ok(Self(v))
@@ -68,7 +81,7 @@ pub struct Delta(f64);
 impl Delta {
     pub fn parse(v: f64) -> Result<Self, String> {
         if !(v.is_normal() && v > 0.0 && v < 1.0) {
-            return Err(format!("delta must be in (0, 1), got {v}"));
+            return Err(format!("delta must be in (0, 1), got {}", echo(v)));
         }
         Ok(Self(v))
     }
@@ -95,16 +108,20 @@ impl RatingValue {
     pub fn parse(v: f64, scale: RatingScale) -> Result<Self, String> {
         if !v.is_finite() || !scale.contains(v) {
             return Err(format!(
-                "rating must be in [{}, {}], got {v}",
-                scale.min, scale.max
+                "rating must be in [{}, {}], got {}",
+                scale.min,
+                scale.max,
+                echo(v)
             ));
         }
         if scale.step > 0.0 {
             let k = (v - scale.min) / scale.step;
             if (k - k.round()).abs() > Self::STEP_TOLERANCE {
                 return Err(format!(
-                    "rating must be a multiple of {} from {}, got {v}",
-                    scale.step, scale.min
+                    "rating must be a multiple of {} from {}, got {}",
+                    scale.step,
+                    scale.min,
+                    echo(v)
                 ));
             }
             let snapped = (scale.min + k.round() * scale.step).clamp(scale.min, scale.max);
@@ -121,6 +138,21 @@ impl RatingValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 44 (2.8): an error echoes a huge or tiny number compactly.
+    #[test]
+    fn numbers_are_echoed_compactly() {
+        let e = Epsilon::parse(1e308, 10.0).unwrap_err();
+        assert_eq!(e, "eps must be >= 0.000001 and <= 10, got 1e308");
+        let e = Epsilon::parse(1e-320, 10.0).unwrap_err();
+        assert!(e.ends_with("got 1e-320"), "{e}");
+        let s = RatingScale::new(1.0, 5.0, 0.5).unwrap();
+        let e = RatingValue::parse(-1e300, s).unwrap_err();
+        assert!(e.ends_with("got -1e300"), "{e}");
+        assert!(Delta::parse(1e200).unwrap_err().ends_with("got 1e200"));
+        assert_eq!(echo(0.5), "0.5");
+        assert_eq!(echo(1234.25), "1234.25");
+    }
 
     #[test]
     fn ids() {

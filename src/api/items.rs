@@ -98,7 +98,7 @@ pub struct Catalogue {
 pub async fn list(
     _auth: AnyKey,
     state: web::Data<AppState>,
-    page: web::Query<Page>,
+    page: super::Query<Page>,
 ) -> Result<HttpResponse, ApiError> {
     let (limit, offset) = page.parse()?;
     let (items, total) = state.store.catalogue_page(limit, offset).await?;

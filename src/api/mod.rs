@@ -98,6 +98,15 @@ pub async fn json_body<T: DeserializeOwned>(
         }
         body.extend_from_slice(&chunk);
     }
+    // Every body this API reads is an object (or `null` where the body is optional);
+    // serde would read an array positionally into a struct and then complain about its
+    // first element, so an array is refused here, in JSON's words.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::invalid(
+            "body",
+            "expected an object, got an array",
+        ));
+    }
     parse_json(&body)
 }
 
@@ -138,14 +147,23 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let field = if path == "." {
+            "body".to_string()
+        } else {
+            path
+        };
         match inner.classify() {
             serde_json::error::Category::Data => {
-                let field = if path == "." {
-                    "body".to_string()
-                } else {
-                    path
-                };
-                ApiError::invalid(field, inner.to_string())
+                ApiError::invalid(field, json_type_error(&inner.to_string()))
+            }
+            serde_json::error::Category::Syntax if not_a_json_number(body, &inner) => {
+                ApiError::malformed(format!(
+                    "{field} must be a finite JSON number: NaN and Infinity are not JSON \
+                     (RFC 8259), at line {} column {}",
+                    inner.line(),
+                    inner.column()
+                ))
+                .with_field(field)
             }
             _ => ApiError::malformed(format!("malformed JSON: {inner}")),
         }
@@ -155,27 +173,190 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A query string parsed into `T` (actix's `web::Query` with better errors): a value
+/// that does not parse, or an unknown parameter, is a 422 "Invalid query" whose `field`
+/// is the parameter's name and whose detail says what it must be.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<T> Query<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Query<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: DeserializeOwned> actix_web::FromRequest for Query<T> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(parse_query(req.query_string()).map(Query))
+    }
+}
+
+/// Parses a query string into `T`, naming the failing parameter ([`Query`]).
+pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let unknown = message
+            .strip_prefix("unknown field `")
+            .and_then(|m| m.split('`').next())
+            .map(str::to_string);
+        let field = unknown.unwrap_or(path);
+        let value = form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| *k == field)
+            .map(|(_, v)| v.into_owned());
+        query_error(&field, &message, value.as_deref())
+    })
+}
+
+/// The 422 for query parameter `field` that failed with serde's `message`.
+fn query_error(field: &str, message: &str, value: Option<&str>) -> ApiError {
+    let field = if field.is_empty() || field == "." || field == "?" {
+        "query"
+    } else {
+        field
+    };
+    let rule = if message.contains("digit")
+        || message.contains("parse integer")
+        || message.contains("fit in target type")
+    {
+        format!("{field} must be a whole number in the parameter's range")
+    } else if message.contains("`true` or `false`") {
+        format!("{field} must be true or false")
+    } else if message.contains("float") {
+        format!("{field} must be a number")
+    } else if message.starts_with("unknown field") {
+        format!("unknown query parameter {field}: {message}")
+    } else {
+        format!("{field}: {message}")
+    };
+    let detail = match value {
+        Some(v) if !message.starts_with("unknown field") => format!("{rule}, got {v:?}"),
+        _ => rule,
+    };
+    ApiError::new(
+        actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid query",
+        detail,
+    )
+    .with_field(field)
+}
+
+/// The answer to a query actix's own `web::Query` refused (only `users::audit` still
+/// takes one, a [`Page`]): the query is parsed again as a [`Page`] to name the
+/// parameter; failing that, the field is `query`.
+pub fn untyped_query_error(req: &HttpRequest, message: &str) -> ApiError {
+    match parse_query::<Page>(req.query_string()) {
+        Err(e) if e.field.as_deref().is_some_and(|f| f != "query") => e,
+        _ => query_error("query", message, None),
+    }
+}
+
+/// Whether a JSON syntax error sits on `NaN`, `Infinity` or `-Infinity` (what some
+/// encoders write for non-finite floats).
+fn not_a_json_number(body: &[u8], e: &serde_json::Error) -> bool {
+    let Some(line) = body.split(|&b| b == b'\n').nth(e.line().saturating_sub(1)) else {
+        return false;
+    };
+    let at = e.column().saturating_sub(1).min(line.len());
+    let from = at.saturating_sub(9);
+    let near = String::from_utf8_lossy(&line[from..(at + 9).min(line.len())]).into_owned();
+    near.contains("NaN") || near.contains("Infinity")
+}
+
+/// serde's "invalid type: sequence, expected struct RatingBatch" in JSON's words:
+/// "expected an object, got an array". Other messages are kept.
+fn json_type_error(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("invalid type: ") else {
+        return message.to_string();
+    };
+    let Some((got, expected)) = rest.split_once(", expected ") else {
+        return message.to_string();
+    };
+    let (expected, at) = match expected.find(" at line ") {
+        Some(i) => expected.split_at(i),
+        None => (expected, ""),
+    };
+    let got_json = if got == "sequence" {
+        "an array".to_string()
+    } else if got == "map" {
+        "an object".to_string()
+    } else if got.starts_with("string") {
+        format!("a {got}")
+    } else if got.starts_with("integer") || got.starts_with("floating point") {
+        let value = got.find('`').map_or("", |i| &got[i..]);
+        format!("a number {value}").trim_end().to_string()
+    } else if got.starts_with("boolean") {
+        format!("a {got}")
+    } else if got == "null" || got == "unit value" {
+        "null".to_string()
+    } else {
+        got.to_string()
+    };
+    let expected_json =
+        if expected.starts_with("struct ") || expected.starts_with("a map") || expected == "map" {
+            "an object".to_string()
+        } else if expected.contains("sequence") {
+            "an array".to_string()
+        } else if ["f64", "f32"].contains(&expected) {
+            "a number".to_string()
+        } else if expected.starts_with('u') || expected.starts_with('i') {
+            if expected[1..].parse::<u32>().is_ok() {
+                "an integer".to_string()
+            } else {
+                expected.to_string()
+            }
+        } else {
+            expected.to_string()
+        };
+    format!("expected {expected_json}, got {got_json}{at}")
+}
+
 /// Pagination parameters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct Page {
     /// At most this many entries (1..=1000, default 100).
     pub limit: Option<i64>,
-    /// Entries to skip (default 0).
+    /// Entries to skip (0..=1000000000, default 0).
     pub offset: Option<i64>,
+}
+
+/// The largest `offset` (and `roffset`) any list takes: far above any store's row
+/// count, and small enough that `offset + limit` and the pages' "showing a to b" never
+/// overflow.
+pub const MAX_OFFSET: i64 = 1_000_000_000;
+
+/// An offset query parameter named `field`: absent is 0; outside `0..=MAX_OFFSET` is a
+/// 422 naming the field.
+pub fn parse_offset(field: &str, v: Option<i64>) -> Result<i64, ApiError> {
+    let v = v.unwrap_or(0);
+    if !(0..=MAX_OFFSET).contains(&v) {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must be in 0..={MAX_OFFSET}, got {v}"),
+        ));
+    }
+    Ok(v)
 }
 
 impl Page {
     pub fn parse(&self) -> Result<(i64, i64), ApiError> {
         let limit = self.limit.unwrap_or(100);
-        let offset = self.offset.unwrap_or(0);
         if !(1..=1000).contains(&limit) {
             return Err(ApiError::invalid("limit", "limit must be in 1..=1000"));
         }
-        if offset < 0 {
-            return Err(ApiError::invalid("offset", "offset must be >= 0"));
-        }
-        Ok((limit, offset))
+        Ok((limit, parse_offset("offset", self.offset)?))
     }
 }
 

@@ -134,7 +134,7 @@ pub struct ReleaseList {
 pub async fn list(
     auth: AnyKey,
     state: web::Data<AppState>,
-    page: web::Query<Page>,
+    page: super::Query<Page>,
 ) -> Result<HttpResponse, ApiError> {
     let (limit, offset) = page.parse()?;
     let releases = state.store.releases(limit, offset).await?;

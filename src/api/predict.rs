@@ -57,7 +57,7 @@ pub async fn predictions(
     auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    q: web::Query<PredictQuery>,
+    q: super::Query<PredictQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
     auth.for_user(user.as_str())?;

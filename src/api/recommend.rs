@@ -14,9 +14,11 @@ use crate::train::Guarantee;
 #[serde(deny_unknown_fields)]
 pub struct RecommendQuery {
     /// Number of items (1..=1000, default 10).
-    pub n: Option<usize>,
-    /// Items to skip (default 0).
-    pub offset: Option<usize>,
+    #[param(minimum = 1, maximum = 1000)]
+    pub n: Option<i64>,
+    /// Items to skip (0..=1000000000, default 0).
+    #[param(minimum = 0, maximum = 1000000000)]
+    pub offset: Option<i64>,
     /// Include items the user already rated (default false).
     pub include_rated: Option<bool>,
 }
@@ -86,6 +88,18 @@ pub struct Recommendations {
     pub items: Vec<ScoredItem>,
 }
 
+/// The `n` query parameter: absent is 10; outside 1..=1000 is a 422 naming it.
+fn parse_n(n: Option<i64>) -> Result<usize, ApiError> {
+    let n = n.unwrap_or(10);
+    if !(1..=1000).contains(&n) {
+        return Err(ApiError::invalid(
+            "n",
+            format!("n must be in 1..=1000, got {n}"),
+        ));
+    }
+    Ok(n as usize)
+}
+
 fn no_model() -> ApiError {
     ApiError::unavailable("no model has been published yet; ingest ratings and retrain")
 }
@@ -116,15 +130,12 @@ pub async fn recommendations(
     auth: UserKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    q: web::Query<RecommendQuery>,
+    q: super::Query<RecommendQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
     auth.for_user(user.as_str())?;
-    let n = q.n.unwrap_or(10);
-    if !(1..=1000).contains(&n) {
-        return Err(ApiError::invalid("n", "n must be in 1..=1000"));
-    }
-    let offset = q.offset.unwrap_or(0);
+    let n = parse_n(q.n)?;
+    let offset = super::parse_offset("offset", q.offset)? as usize;
     let model = state.registry.current().ok_or_else(no_model)?;
     let facts = user_facts(&state, user.as_str()).await?;
     let none = HashSet::new();
@@ -160,7 +171,8 @@ pub async fn recommendations(
 #[serde(deny_unknown_fields)]
 pub struct SimilarQuery {
     /// Number of items (1..=1000, default 10).
-    pub n: Option<usize>,
+    #[param(minimum = 1, maximum = 1000)]
+    pub n: Option<i64>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -203,13 +215,10 @@ pub async fn similar(
     _auth: AnyKey,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    q: web::Query<SimilarQuery>,
+    q: super::Query<SimilarQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let item = path_id(&state, "item", &path)?;
-    let n = q.n.unwrap_or(10);
-    if !(1..=1000).contains(&n) {
-        return Err(ApiError::invalid("n", "n must be in 1..=1000"));
-    }
+    let n = parse_n(q.n)?;
     let model = state.registry.current().ok_or_else(no_model)?;
     // Items of the release are catalogue items (items are never removed); any other id
     // is looked up in the catalogue.

@@ -14,6 +14,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
+use crate::api::domain::Epsilon;
 use crate::data::movielens::{self, Format};
 
 #[derive(Debug, Args)]
@@ -38,8 +39,16 @@ pub struct ImportArgs {
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<()> {
+    // Every argument is checked before the first request, so a bad one stores nothing
+    // (not even the catalogue).
     if args.batch == 0 {
         bail!("--batch must be >= 1");
+    }
+    if let Some(e) = args.eps {
+        check_eps(e)?;
+    }
+    if args.limit == Some(0) {
+        bail!("--limit must be >= 1");
     }
     super::require_input(&args.path, "the MovieLens path")?;
     let file = if args.path.is_dir() {
@@ -105,6 +114,20 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         file.display(),
         sent as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+/// `--eps`: finite and at least the API's smallest eps ([`Epsilon::MIN`]); the upper
+/// bound is the service's `budget.max_rating_eps`, which the service checks.
+fn check_eps(e: f64) -> anyhow::Result<()> {
+    if !e.is_finite() || e < Epsilon::MIN {
+        bail!(
+            "--eps must be a finite number >= {} (and at most the service's \
+             budget.max_rating_eps), got {}",
+            Epsilon::MIN,
+            crate::api::domain::echo(e)
+        );
+    }
     Ok(())
 }
 

@@ -7,9 +7,12 @@
 //!
 //! The sums are the exact ones of [`crate::train::topn::suffstats`]: the counts are
 //! integers (equal), the Gram entries and the trace floats summed in the database's order
-//! (within [`GramSums::tolerance`]). A source is the live ratings, or one table of
-//! `(user_id, item_id)` rows (a partition of a hash-partitioned table, a shard): the sums
-//! of any partition of the users merge to the whole's.
+//! (within [`GramSums::tolerance`]). A source is one table of `(user_id, item_id, value)`
+//! rows (a partition of a hash-partitioned table, a shard) holding a release's admitted
+//! ratings: the sums of any partition of the users merge to the whole's. There is no
+//! source over the live `ratings` table: it would skip admission (exhausted ratings,
+//! full filters, ratings after the snapshot, RSM sampling) and a release over it would
+//! publish uncharged sums (issue 44, 2.6).
 //!
 //! Only PostgreSQL: SQLite computes the same sums in process (`suffstats::InProcess`, in shards or not).
 //! The RSM coin flips of step 1 are not done here: the database path counts every rating
@@ -29,9 +32,6 @@ use crate::train::TrainError;
 /// Where the ratings are read from.
 #[derive(Debug, Clone)]
 pub enum PgSource {
-    /// The live ratings of live users (`value` set, origin `raw`, user not deleted): the
-    /// training snapshot's rows.
-    LiveRatings,
     /// A table (or partition) with `user_id` and `item_id` text columns and a `value`
     /// (float8, not null); its name is checked to be a plain identifier
     /// (`[a-z_][a-z0-9_]*`).
@@ -41,10 +41,6 @@ pub enum PgSource {
 impl PgSource {
     fn relation(&self) -> Result<String, TrainError> {
         match self {
-            PgSource::LiveRatings => Ok("(SELECT r.user_id, r.item_id, r.value FROM ratings r \
-                 JOIN users u ON u.id = r.user_id \
-                 WHERE r.value IS NOT NULL AND u.deleted = 0 AND r.origin = 'raw')"
-                .into()),
             PgSource::Table(t) => {
                 let ok = t
                     .chars()
@@ -288,5 +284,23 @@ impl StatsSource for PgStats<'_> {
         let parts = self.each(|s| gram_sums(self.pool, s, key, c, &labels))?;
         let zero = GramSums::zeros(candidates.len());
         Ok(parts.iter().fold(zero, |a, b| a.merge(b)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 44 (2.6): no query of this module reads the live `ratings` or `users`
+    /// tables, whose rows include ratings the release's admission left out; a source is
+    /// only a table of admitted rows.
+    #[test]
+    fn no_source_reads_the_live_ratings() {
+        let code = include_str!("suffstats_pg.rs");
+        let code = &code[..code.find("#[cfg(test)]").unwrap()];
+        for table in ["ratings", "users"] {
+            for kw in ["FROM", "JOIN"] {
+                let needle = format!("{kw} {table} ");
+                assert!(!code.contains(&needle), "{needle:?} in suffstats_pg.rs");
+            }
+        }
     }
 }

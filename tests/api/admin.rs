@@ -85,6 +85,39 @@ async fn import_loads_movielens_files_in_batches() {
     app.stop().await;
 }
 
+/// Issue 44 (2.8): `dprec import` checks its arguments before any request: a bad
+/// `--eps` is an error naming the flag and the rule, and nothing is registered.
+async fn import_checks_its_arguments_first(url: &str) {
+    let (t, _) = FakeDp::gaussian(20.0);
+    let app = TestApp::spawn(settings(url), t, Hooks::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("u.data");
+    std::fs::write(&file, "1\t1\t4\t881250001\n2\t2\t3\t881250002\n").unwrap();
+    for eps in [-1.0, 0.0, f64::NAN, f64::INFINITY] {
+        let args = dprec::cli::import::ImportArgs {
+            url: app.base.clone(),
+            api_key: Some(WRITER.into()),
+            eps: Some(eps),
+            batch: 50,
+            limit: None,
+            path: file.clone(),
+        };
+        let err = tokio::task::spawn_blocking(move || dprec::cli::import::run(args))
+            .await
+            .unwrap()
+            .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("--eps must be a finite number >="),
+            "{eps}: {err}"
+        );
+    }
+    let c = app.store.counts().await.unwrap();
+    assert_eq!((c.ratings, c.users, c.items), (0, 0, 0));
+    app.stop().await;
+}
+both_backends!(import_checks_its_arguments_first);
+
 /// A job left `running` by a stopped process is marked failed at the next start.
 async fn abandoned_jobs_are_failed_at_start(url: &str) {
     let (t, _) = FakeDp::gaussian(20.0);

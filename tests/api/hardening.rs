@@ -194,3 +194,88 @@ async fn internal_errors_hide_database_text() {
     assert_eq!(body["detail"], "store unreachable");
     app.handle_stop().await;
 }
+
+/// Issue 44 (2.8): bad input a new user sends in the first hour gets a 4xx problem+json
+/// that names the field and the rule, and stores nothing.
+async fn first_hour_bad_input_names_the_field(url: &str) {
+    let (t, _) = FakeDp::gaussian(5.0);
+    let app = TestApp::spawn(settings(url), t as Arc<_>, Hooks::default()).await;
+    app.register(&["i1"]).await;
+    let raw = |body: &'static str| {
+        app.client
+            .post(app.url("/v1/ratings"))
+            .bearer_auth(WRITER)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    // Non-finite numbers are not JSON: 400 naming the field and saying why.
+    for (body, field) in [
+        (
+            r#"{"ratings":[{"user":"u1","item":"i1","rating":NaN}]}"#,
+            "ratings[0].rating",
+        ),
+        (
+            r#"{"ratings":[{"user":"u1","item":"i1","rating":4,"eps":Infinity}]}"#,
+            "ratings[0].eps",
+        ),
+        (
+            r#"{"ratings":[{"user":"u1","item":"i1","rating":4,"eps":-Infinity}]}"#,
+            "ratings[0].eps",
+        ),
+    ] {
+        let (st, p) = app.send(raw(body)).await.status_json();
+        assert_eq!((st, p["field"].as_str()), (400, Some(field)), "{body}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(detail.contains("finite"), "{detail}");
+    }
+    // A huge eps is refused and echoed compactly.
+    let batch = json!({"ratings": [{"user": "u1", "item": "i1", "rating": 4, "eps": 1e308}]});
+    let (st, p) = app.post("/v1/ratings", WRITER, &batch).await;
+    assert_eq!(
+        (st, p["field"].as_str()),
+        (422, Some("ratings[0].eps")),
+        "{p}"
+    );
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.len() < 100 && detail.ends_with("got 1e308"),
+        "{detail}"
+    );
+    // A top-level array where an object is expected.
+    let (st, p) = app
+        .send(raw(r#"[{"user":"u1","item":"i1","rating":4}]"#))
+        .await
+        .status_json();
+    assert_eq!((st, p["field"].as_str()), (422, Some("body")), "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("expected an object, got an array"),
+        "{p}"
+    );
+    // Query parameters are named, whatever the way they fail.
+    for (path, field, rule) in [
+        ("/v1/users/u1/recommendations?n=-1", "n", "1..=1000"),
+        ("/v1/users/u1/recommendations?n=ten", "n", "whole number"),
+        (
+            "/v1/users/u1/recommendations?include_rated=1",
+            "include_rated",
+            "true or false",
+        ),
+        ("/v1/users/u1/recommendations?bogus=1", "bogus", "unknown"),
+        ("/v1/items/i1/similar?n=0", "n", "1..=1000"),
+        ("/v1/items?limit=x", "limit", "whole number"),
+        ("/v1/users/u1/budget?limit=x", "limit", "whole number"),
+        ("/v1/users/u1/budget?offset=-", "offset", "whole number"),
+    ] {
+        let (st, p) = app.get(path, READER).await;
+        assert_eq!((st, p["field"].as_str()), (422, Some(field)), "{path}: {p}");
+        assert!(p["detail"].as_str().unwrap().contains(rule), "{path}: {p}");
+    }
+    let c = app.store.counts().await.unwrap();
+    assert_eq!((c.ratings, c.users), (0, 0));
+    app.stop().await;
+}
+
+crate::both_backends!(first_hour_bad_input_names_the_field);

@@ -147,7 +147,7 @@ async fn ldp_bad_inputs(url: &str) {
                 good["ldp"]
             ),
             400,
-            None,
+            Some("ratings[0].rating"),
         ),
         // State conflicts: 409, nothing stored (the carol rating in the batch neither).
         ("LDP over a raw rating", with(&["item"], json!("raw1")), 409, Some("ratings")),

@@ -265,6 +265,56 @@ async fn ratings_sort_and_page() {
     app.stop().await;
 }
 
+/// Issue 44 (2.3): every paging parameter of the receipt and of the JSON lists is bounded
+/// (`0..=api::MAX_OFFSET`); a value outside is refused like a negative one (422 naming
+/// the parameter), never wrapped or panicking; the largest accepted offset renders an
+/// empty page with sane numbers.
+async fn paging_parameters_are_bounded(url: &str) {
+    let app = two_releases(url).await;
+    let max: i64 = 1_000_000_000; // dprec::api::MAX_OFFSET
+    let base = "/v1/users/alice/receipt";
+    for (query, field) in [
+        ("offset=9223372036854775807", "offset"),
+        ("roffset=9223372036854775807", "roffset"),
+        ("offset=-1", "offset"),
+        (&format!("offset={}", max + 1) as &str, "offset"),
+        (&format!("roffset={}", max + 1), "roffset"),
+        ("limit=9223372036854775807", "limit"),
+    ] {
+        let r = open(&app, &format!("{base}?{query}"), READER).await;
+        assert_eq!(r.status, 422, "{query}: {}", r.text);
+        let p: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+        assert_eq!(p["field"], field, "{query}: {}", r.text);
+    }
+    let html = page_ok(&app, &format!("{base}?offset={max}&roffset={max}"), READER).await;
+    assert!(html.contains("3 ratings; showing 3 to 3."), "{html}");
+    assert!(!html.contains("showing -"), "{html}");
+    assert!(
+        html.contains("offset=999999950"),
+        "the previous page: {html}"
+    );
+    for path in [
+        "/v1/users/alice/budget",
+        "/v1/items",
+        "/v1/models",
+        "/v1/users/alice/recommendations",
+    ] {
+        let (st, body) = app
+            .get(&format!("{path}?offset=9223372036854775807"), READER)
+            .await;
+        assert_eq!(
+            (st, body["field"].as_str()),
+            (422, Some("offset")),
+            "{path}: {body}"
+        );
+        let (st, body) = app.get(&format!("{path}?offset={max}"), READER).await;
+        assert_eq!(st, 200, "{path}: {body}");
+    }
+    app.stop().await;
+}
+
+both_backends!(paging_parameters_are_bounded);
+
 /// The overview: admin key or an admin-minted link only; releases, jobs, users by budget
 /// left, the configured eval report, links to /docs and /metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,7 +50,7 @@ async fn bad_input_table(url: &str) {
             "application/json",
             "{\"ratings\": [{\"user\": \"u\", \"item\": \"i\", \"rating\": NaN}]}".into(),
             400,
-            None,
+            Some("ratings[0].rating"),
         ),
         (
             "infinite number",
@@ -255,7 +255,7 @@ async fn bad_input_table(url: &str) {
     let (st, p) = app.get("/v1/users/u0/budget?limit=0", READER).await;
     assert_eq!((st, p["field"].as_str()), (422, Some("limit")), "{p}");
     let (st, p) = app.get("/v1/users/u0/recommendations?n=abc", READER).await;
-    assert_eq!((st, p["field"].as_str()), (422, Some("query")), "{p}");
+    assert_eq!((st, p["field"].as_str()), (422, Some("n")), "{p}");
     assert_eq!(app.store.fingerprint().await.unwrap(), before);
     app.stop().await;
 }

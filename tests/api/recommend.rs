@@ -78,7 +78,7 @@ async fn baseline_end_to_end(url: &str) {
     assert_eq!(rec["source"], "popularity");
     assert_eq!(rec["items"].as_array().unwrap().len(), 3);
 
-    for (q, field) in [("n=0", "n"), ("n=5000", "n"), ("bogus=1", "query")] {
+    for (q, field) in [("n=0", "n"), ("n=5000", "n"), ("bogus=1", "bogus")] {
         let (st, p) = app
             .get(&format!("/v1/users/alice/recommendations?{q}"), READER)
             .await;

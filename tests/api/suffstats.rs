@@ -1,7 +1,6 @@
 //! A `dp-topn` release's sums computed in parts (issue 22 item 3, docs/SCALING.md): over
 //! shards of the users merged (both backends), and by PostgreSQL's SQL aggregates over
-//! the live ratings and over a hash-partitioned table, one query per partition, merged
-//! (PostgreSQL). Each must equal the trainer's in-process sums: the counts exactly
+//! a hash-partitioned table, one query per partition, merged (PostgreSQL). Each must equal the trainer's in-process sums: the counts exactly
 //! (integers), the Gram and its trace within `GramSums::tolerance` (floats added in
 //! another order); and a whole release from those sums must equal the in-process release
 //! drawn with the same generator.
@@ -256,8 +255,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     if !url.starts_with("postgres") {
         return;
     }
-    // PostgreSQL: the live ratings, and a hash-partitioned copy by user, one query per
-    // partition (what a Citus worker runs on its shards), merged by the service.
+    // PostgreSQL: a hash-partitioned copy by user, one query per partition (what a Citus worker runs on its shards), merged by the service.
     let pool = store.pool();
     sqlx::query("CREATE TABLE rp (user_id TEXT NOT NULL, item_id TEXT NOT NULL, value FLOAT8 NOT NULL) PARTITION BY HASH (user_id)")
         .execute(pool).await.unwrap();
@@ -276,12 +274,6 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     .await
     .unwrap();
     let handle = tokio::runtime::Handle::current();
-    let live = PgStats {
-        pool,
-        shards: vec![PgSource::LiveRatings],
-        items: &l.items,
-        handle: handle.clone(),
-    };
     let parts = PgStats {
         pool,
         shards: (0..4).map(|p| PgSource::Table(format!("rp_{p}"))).collect(),
@@ -289,14 +281,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
         handle,
     };
     tokio::task::block_in_place(|| {
-        assert_same_sums("PostgreSQL, live ratings", &one, &live, &key, &cands);
         assert_same_sums("PostgreSQL, 4 partitions", &one, &parts, &key, &cands);
-        assert_same_release(
-            "PostgreSQL, live ratings",
-            &base,
-            &release_with(Some(&live)),
-            &clean,
-        );
         assert_same_release(
             "PostgreSQL, 4 partitions",
             &base,

@@ -26,7 +26,7 @@ use utoipa::{IntoParams, ToSchema};
 use self::links::LinkScope;
 use super::auth::{AdminKey, Grant, Keys, ReaderKey};
 use super::users::{build_audit, AuditPages, RatingOrder, RatingSort};
-use super::{optional_json_body, path_id, ApiError, AppState};
+use super::{optional_json_body, parse_offset, path_id, ApiError, AppState};
 use crate::accountant::{PrivacyEvent, RenyiFilter};
 use crate::config::Role;
 use crate::store::now_ms;
@@ -93,13 +93,13 @@ pub struct ReceiptQuery {
     pub link: Option<String>,
     /// Ratings per page (1..=1000, default 50).
     pub limit: Option<i64>,
-    /// Ratings to skip (default 0).
+    /// Ratings to skip (0..=1000000000, default 0).
     pub offset: Option<i64>,
     /// Column the ratings are sorted by (default `item`).
     pub sort: Option<RatingSort>,
     /// Sort descending (default false).
     pub desc: Option<bool>,
-    /// Releases to skip (10 per page, default 0).
+    /// Releases to skip (10 per page; 0..=1000000000, default 0).
     pub roffset: Option<i64>,
 }
 
@@ -109,14 +109,8 @@ impl ReceiptQuery {
         if !(1..=1000).contains(&limit) {
             return Err(ApiError::invalid("limit", "limit must be in 1..=1000"));
         }
-        let offset = self.offset.unwrap_or(0);
-        if offset < 0 {
-            return Err(ApiError::invalid("offset", "offset must be >= 0"));
-        }
-        let roffset = self.roffset.unwrap_or(0);
-        if roffset < 0 {
-            return Err(ApiError::invalid("roffset", "roffset must be >= 0"));
-        }
+        let offset = parse_offset("offset", self.offset)?;
+        let roffset = parse_offset("roffset", self.roffset)?;
         Ok(AuditPages {
             ratings: (limit, offset),
             order: RatingOrder {
@@ -143,7 +137,7 @@ pub async fn receipt(
     state: web::Data<AppState>,
     req: HttpRequest,
     path: web::Path<String>,
-    query: web::Query<ReceiptQuery>,
+    query: super::Query<ReceiptQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let user = path_id(&state, "user", &path)?;
     let pages = query.pages()?;
@@ -298,7 +292,7 @@ pub struct OverviewQuery {
 pub async fn overview(
     state: web::Data<AppState>,
     req: HttpRequest,
-    query: web::Query<OverviewQuery>,
+    query: super::Query<OverviewQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let opens = may_open(
         &state.keys,

@@ -210,8 +210,10 @@ fn ratings_section(v: &ReceiptView) -> String {
         "<h2>Your ratings (each has its own budget eps_ij)</h2>\n<p class=\"sub\">{} ratings; \
          showing {} to {}. Click a column to sort.</p>\n<table id=\"ratings\"><thead><tr>",
         r.total,
-        (r.offset + 1).min(r.total),
-        (r.offset + r.entries.len() as i64).min(r.total),
+        r.offset.saturating_add(1).min(r.total),
+        r.offset
+            .saturating_add(i64::try_from(r.entries.len()).unwrap_or(i64::MAX))
+            .min(r.total),
     );
     for col in RatingSort::ALL {
         let desc = v.order.by == col && !v.order.descending;
@@ -266,13 +268,13 @@ fn pager(offset: i64, limit: i64, total: i64, url: impl Fn(i64) -> String) -> St
     if offset > 0 {
         links.push(format!(
             "<a href=\"{}\">← previous</a>",
-            esc(&url((offset - limit).max(0)))
+            esc(&url(offset.saturating_sub(limit).max(0)))
         ));
     }
-    if offset + limit < total {
+    if offset.saturating_add(limit) < total {
         links.push(format!(
             "<a href=\"{}\">next →</a>",
-            esc(&url(offset + limit))
+            esc(&url(offset.saturating_add(limit)))
         ));
     }
     if links.is_empty() {
