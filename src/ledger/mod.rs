@@ -312,6 +312,38 @@ pub fn keeps_hold(
     }
 }
 
+/// What a local charge (LDP ratings, a Private-GD report: charged when received) does to
+/// a user's filter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalCharge {
+    /// Admitted: the consumed curve after it.
+    Charged(RdpCurve),
+    /// The filter does not admit it.
+    NoRoom,
+    /// Admitted alone, but it would leave too little for the charge `held` by a release in
+    /// flight ([`keeps_hold`]): refused until that release has committed.
+    Held,
+}
+
+/// Charges `events` to `budget` unless the filter refuses them or they break a hold.
+pub fn charge_local(
+    budget: &UserBudget,
+    events: &[PrivacyEvent],
+    held: &[PrivacyEvent],
+) -> Result<LocalCharge, AccountantError> {
+    let Some(next) = budget.charge(events)? else {
+        return Ok(LocalCharge::NoRoom);
+    };
+    let after = UserBudget {
+        consumed: next,
+        ..budget.clone()
+    };
+    if !keeps_hold(Some(budget), &after, held)? {
+        return Ok(LocalCharge::Held);
+    }
+    Ok(LocalCharge::Charged(after.consumed))
+}
+
 /// Why a rating or user takes no part in a release.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Exclusion {

@@ -15,7 +15,7 @@ use sqlx::Row;
 
 use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
 use crate::accountant::PrivacyEvent;
-use crate::ledger::{keeps_hold, pure_events, UserBudget};
+use crate::ledger::{charge_local, pure_events, LocalCharge, UserBudget};
 
 /// Rows per lookup of existing pairs (2 binds per row; small for the reason given at
 /// `ratings::UPSERT_CHUNK`).
@@ -105,36 +105,31 @@ pub(super) async fn charge_users(
             delta: budget_delta,
             consumed: parse_curve(&row.try_get::<String, _>(2)?)?,
         };
-        let next = budget
-            .charge(&pure_events(eps.iter().copied()))
-            .map_err(|source| StoreError::Accounting {
-                user: user.to_owned(),
-                source,
-            })?
-            .ok_or_else(|| {
-                StoreError::Conflict(format!(
-                    "user {user:?}: the local eps of these LDP ratings ({}) exceeds what the \
-                     user's budget (eps {budget_eps}, delta {budget_delta}) has left",
-                    eps.iter().sum::<f64>()
-                ))
+        let total: f64 = eps.iter().sum();
+        let charge =
+            charge_local(&budget, &pure_events(eps.iter().copied()), held).map_err(|source| {
+                StoreError::Accounting {
+                    user: user.to_owned(),
+                    source,
+                }
             })?;
-        let after = UserBudget {
-            consumed: next.clone(),
-            ..budget.clone()
+        let next = match charge {
+            LocalCharge::Charged(next) => next,
+            LocalCharge::NoRoom => {
+                return Err(StoreError::Conflict(format!(
+                    "user {user:?}: the local eps of these LDP ratings ({total}) exceeds what \
+                     the user's budget (eps {budget_eps}, delta {budget_delta}) has left"
+                )))
+            }
+            LocalCharge::Held => {
+                return Err(StoreError::Conflict(format!(
+                    "user {user:?}: a release in progress will charge this user when it \
+                     commits, and the local eps of these LDP ratings ({total}) would leave \
+                     too little budget for that charge; retry once the release has been \
+                     published"
+                )))
+            }
         };
-        let keeps =
-            keeps_hold(Some(&budget), &after, held).map_err(|source| StoreError::Accounting {
-                user: user.to_owned(),
-                source,
-            })?;
-        if !keeps {
-            return Err(StoreError::Conflict(format!(
-                "user {user:?}: a release in progress will charge this user when it commits, \
-                 and the local eps of these LDP ratings ({}) would leave too little budget \
-                 for that charge; retry once the release has been published",
-                eps.iter().sum::<f64>()
-            )));
-        }
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))

@@ -6,7 +6,7 @@ use sqlx::Row;
 use super::{curve_json, now_ms, parse_curve, Defaults, Store, StoreError, Tx};
 use crate::accountant::PrivacyEvent;
 use crate::ldp::private_gd::Report;
-use crate::ledger::UserBudget;
+use crate::ledger::{charge_local, LocalCharge, UserBudget};
 
 /// A stored round.
 #[derive(Debug, Clone)]
@@ -149,57 +149,20 @@ impl Store {
             return Err(ReportError::Duplicate(user.to_owned(), report.round));
         }
         let now = now_ms();
-        sqlx::query(
-            "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, \
-             deleted, created_at, updated_at) VALUES ($1, NULL, $2, $3, '', 0, $4, $4) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(user)
-        .bind(defaults.user_eps)
-        .bind(defaults.user_delta)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let u = sqlx::query(&format!(
-            "SELECT budget_eps, budget_delta, rdp_consumed, deleted FROM users WHERE id = $1{}",
-            self.for_update()
-        ))
-        .bind(user)
-        .fetch_one(&mut *tx)
-        .await?;
-        let deleted: i64 = u.try_get(3)?;
-        if deleted != 0 {
-            return Err(ReportError::Deleted(user.to_owned()));
-        }
-        let budget = UserBudget {
-            eps: u.try_get(0)?,
-            delta: u.try_get(1)?,
-            consumed: parse_curve(&u.try_get::<String, _>(2)?)?,
-        };
+        let budget = self.reporting_user(&mut tx, user, defaults, now).await?;
         let event = PrivacyEvent::PureDp {
             eps: eps_round,
             count: 1,
         };
-        let next = budget
-            .charge(&[event])
-            .map_err(|source| StoreError::Accounting {
-                user: user.to_owned(),
-                source,
-            })?
-            .ok_or_else(|| ReportError::Budget(user.to_owned(), eps_round))?;
-        let after = UserBudget {
-            consumed: next.clone(),
-            ..budget.clone()
+        let accounting = |source| StoreError::Accounting {
+            user: user.to_owned(),
+            source,
         };
-        let keeps = crate::ledger::keeps_hold(Some(&budget), &after, &held).map_err(|source| {
-            StoreError::Accounting {
-                user: user.to_owned(),
-                source,
-            }
-        })?;
-        if !keeps {
-            return Err(ReportError::Held(user.to_owned(), eps_round));
-        }
+        let next = match charge_local(&budget, &[event], &held).map_err(accounting)? {
+            LocalCharge::Charged(next) => next,
+            LocalCharge::NoRoom => return Err(ReportError::Budget(user.to_owned(), eps_round)),
+            LocalCharge::Held => return Err(ReportError::Held(user.to_owned(), eps_round)),
+        };
         sqlx::query("UPDATE users SET rdp_consumed = $2 WHERE id = $1")
             .bind(user)
             .bind(curve_json(&next))
@@ -224,6 +187,44 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(eps_round)
+    }
+
+    /// The reporting user's budget, its row locked (created with the service defaults
+    /// when missing); a deleted user is refused.
+    async fn reporting_user(
+        &self,
+        tx: &mut Tx,
+        user: &str,
+        defaults: Defaults,
+        now: i64,
+    ) -> Result<UserBudget, ReportError> {
+        sqlx::query(
+            "INSERT INTO users (id, default_eps, budget_eps, budget_delta, rdp_consumed, \
+             deleted, created_at, updated_at) VALUES ($1, NULL, $2, $3, '', 0, $4, $4) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(user)
+        .bind(defaults.user_eps)
+        .bind(defaults.user_delta)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        let u = sqlx::query(&format!(
+            "SELECT budget_eps, budget_delta, rdp_consumed, deleted FROM users WHERE id = $1{}",
+            self.for_update()
+        ))
+        .bind(user)
+        .fetch_one(&mut **tx)
+        .await?;
+        let deleted: i64 = u.try_get(3)?;
+        if deleted != 0 {
+            return Err(ReportError::Deleted(user.to_owned()));
+        }
+        Ok(UserBudget {
+            eps: u.try_get(0)?,
+            delta: u.try_get(1)?,
+            consumed: parse_curve(&u.try_get::<String, _>(2)?)?,
+        })
     }
 
     /// Opens the first round (when none exists) with `first`'s state.

@@ -480,24 +480,7 @@ async fn commit(
         let res = commit_chunk(store, &ctx, chunk, point, release_id, hook, &mut progress).await;
         match res {
             Ok(id) => release_id = Some(id),
-            Err(e) => {
-                return Err(match release_id {
-                    Some(release_id) => {
-                        log::warn!(
-                            "release {release_id}: ledger transaction {} of {n} failed: {e}; \
-                             {k} committed (charges stay, nothing published)",
-                            k + 1
-                        );
-                        CommitError::Aborted {
-                            release_id,
-                            committed: k,
-                            chunks: n,
-                            source: Box::new(e),
-                        }
-                    }
-                    None => e,
-                })
-            }
+            Err(e) => return Err(aborted(release_id, k, n, e)),
         }
         let took = t.elapsed();
         let phases = &mut progress.phases;
@@ -516,6 +499,26 @@ async fn commit(
         rows_reread: progress.clock.is_none(),
         visible_at: progress.visible_at,
     })
+}
+
+/// The error of a commit whose ledger transaction `k` of `n` failed with `e`: as it is
+/// when nothing was committed yet, else [`CommitError::Aborted`] (the committed
+/// transactions' charges stay; nothing is published).
+fn aborted(release_id: Option<i64>, k: usize, n: usize, e: CommitError) -> CommitError {
+    let Some(release_id) = release_id else {
+        return e;
+    };
+    log::warn!(
+        "release {release_id}: ledger transaction {} of {n} failed: {e}; {k} committed \
+         (charges stay, nothing published)",
+        k + 1
+    );
+    CommitError::Aborted {
+        release_id,
+        committed: k,
+        chunks: n,
+        source: Box::new(e),
+    }
 }
 
 /// The commit's line in the log: what it wrote and where the time went.
@@ -736,31 +739,37 @@ async fn commit_chunk(
     }
     progress.phases.ratings += t.elapsed();
     if publish && point.chunk + 1 == point.chunks {
-        sqlx::query(
-            "INSERT INTO models (release_id, model, users, items, popularity) \
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(id)
-        .bind(&rec.model_json)
-        .bind(&rec.users_json)
-        .bind(&rec.items_json)
-        .bind(&rec.popularity_json)
-        .execute(&mut *tx)
-        .await?;
-        let ready = super::now_ms().saturating_add(VISIBLE_MARGIN_MS);
-        let visible_at = public_deadline(rec.started_at, rec.publish_delay_ms, ready);
-        sqlx::query("UPDATE releases SET visible_at = $2 WHERE id = $1")
-            .bind(id)
-            .bind(visible_at)
-            .execute(&mut *tx)
-            .await?;
-        progress.visible_at = visible_at;
+        progress.visible_at = store_model(&mut tx, id, rec).await?;
     }
     if let Some(hook) = hook {
         hook(point).map_err(CommitError::Injected)?;
     }
     tx.commit().await?;
     Ok(id)
+}
+
+/// Stores the model of release `id` (what publishes it) with its public time
+/// ([`public_deadline`]), which it returns.
+async fn store_model(tx: &mut Tx, id: i64, rec: &ReleaseRecord) -> Result<i64, CommitError> {
+    sqlx::query(
+        "INSERT INTO models (release_id, model, users, items, popularity) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(id)
+    .bind(&rec.model_json)
+    .bind(&rec.users_json)
+    .bind(&rec.items_json)
+    .bind(&rec.popularity_json)
+    .execute(&mut **tx)
+    .await?;
+    let ready = super::now_ms().saturating_add(VISIBLE_MARGIN_MS);
+    let visible_at = public_deadline(rec.started_at, rec.publish_delay_ms, ready);
+    sqlx::query("UPDATE releases SET visible_at = $2 WHERE id = $1")
+        .bind(id)
+        .bind(visible_at)
+        .execute(&mut **tx)
+        .await?;
+    Ok(visible_at)
 }
 
 /// PostgreSQL: locks, before any other row, the rows of the users this transaction
@@ -1411,6 +1420,20 @@ mod tests {
             r = r.max(c.ratings.end);
         }
         assert_eq!((u, r), (users, ratings), "{chunks:?}");
+    }
+
+    #[test]
+    fn the_public_deadline_is_the_first_multiple_of_the_delay_not_before_ready() {
+        assert_eq!(public_deadline(1_000, 10_000, 1_500), 11_000);
+        assert_eq!(public_deadline(1_000, 10_000, 11_000), 11_000);
+        assert_eq!(public_deadline(1_000, 10_000, 11_001), 21_000);
+        // A clock behind the start still waits one whole delay.
+        assert_eq!(public_deadline(1_000, 10_000, 0), 11_000);
+        assert_eq!(public_deadline(1_000, 0, 5_000), 0);
+        for ready in [1_000, 7_000, 20_999, 50_000, 1_000_000_007] {
+            let v = public_deadline(1_000, 10_000, ready);
+            assert!(v >= ready && (v - 1_000) % 10_000 == 0 && v - ready < 10_000, "{ready}");
+        }
     }
 
     #[test]
