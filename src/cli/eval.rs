@@ -421,8 +421,12 @@ fn run_jobs(
                 bar.inc(1);
                 let ndcg = f.ranking.map(|m| m.ndcg).unwrap_or(f64::NAN);
                 let line = format!(
-                    "{label:<28} {:<6} rmse {:.4}  mae {:.4}  ndcg@10 {:.4}  train {:.3}s",
-                    f.fold, f.rmse, f.mae, ndcg, f.train_seconds
+                    "{label:<28} {:<6} rmse {}  mae {}  ndcg@10 {}  train {:.3}s",
+                    f.fold,
+                    figure(f.rmse, 4),
+                    figure(f.mae, 4),
+                    figure(ndcg, 4),
+                    f.train_seconds
                 );
                 // Per-fold lines go above the bar on a terminal, else plainly to stderr.
                 if !bar.is_hidden() {
@@ -450,21 +454,38 @@ fn print_table(runs: &[RunReport]) {
             None => r.label.clone(),
         };
         println!(
-            "{:<40} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.4} ±{:.4} {:>8.4} {:>8.4} {:>7.3} {:>8.1} {:>8.3} ±{:.3}",
+            "{:<40} {:>16} {:>16} {:>16} {:>8} {:>8} {:>7} {:>8} {:>8.3} ±{:.3}",
             label,
-            r.mean.rmse,
-            r.std.rmse,
-            r.mean.mae,
-            r.std.mae,
-            r.mean.ndcg,
-            r.std.ndcg,
-            r.mean.precision,
-            r.mean.recall,
-            r.mean.coverage,
-            r.mean.mean_popularity,
+            with_sd(r.mean.rmse, r.std.rmse),
+            with_sd(r.mean.mae, r.std.mae),
+            with_sd(r.mean.ndcg, r.std.ndcg),
+            figure(r.mean.precision, 4),
+            figure(r.mean.recall, 4),
+            figure(r.mean.coverage, 3),
+            figure(r.mean.mean_popularity, 1),
             r.mean.train_seconds,
             r.std.train_seconds
         );
+    }
+}
+
+/// A metric to `decimals` places, or `-` for one the trainer does not produce (a
+/// ranking-only trainer has no RMSE, a rating predictor without a ranking no NDCG): NaN
+/// in the JSON report.
+fn figure(x: f64, decimals: usize) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{x:.decimals$}")
+    }
+}
+
+/// `mean ±sd` to 4 decimals, or `-` for a metric the trainer does not produce.
+fn with_sd(mean: f64, sd: f64) -> String {
+    if mean.is_nan() {
+        "-".into()
+    } else {
+        format!("{mean:.4} ±{sd:.4}")
     }
 }
 

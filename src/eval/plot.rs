@@ -138,7 +138,7 @@ pub fn write_svg(
             .x_labels(10)
             .x_label_formatter(&|x| short_number(*x))
             .draw()?;
-        draw_series(&mut chart, &series)?;
+        draw_series(&mut chart, &series, true)?;
     } else {
         let xpad = if x1 > x0 { (x1 - x0) * 0.05 } else { 0.5 };
         let mut chart = builder.build_cartesian_2d((x0 - xpad)..(x1 + xpad), y_range)?;
@@ -164,7 +164,8 @@ pub fn write_svg(
                 .x_label_formatter(&fold_label);
         }
         mesh.draw()?;
-        draw_series(&mut chart, &series)?;
+        // Folds are separate data sets, not steps of a curve: points, not lines.
+        draw_series(&mut chart, &series, swept.is_some())?;
     }
     root.present()?;
     Ok(())
@@ -177,28 +178,29 @@ fn draw_series<'a, X>(
         Cartesian2d<X, plotters::coord::types::RangedCoordf64>,
     >,
     series: &[Series],
+    connect: bool,
 ) -> anyhow::Result<()>
 where
     X: Ranged<ValueType = f64>,
 {
     for (k, (label, pts)) in series.iter().enumerate() {
         let color = COLORS[k % COLORS.len()];
+        // Lines join the points of a sweep only; the legend entry hangs on the points.
+        let line = if connect { pts.len() } else { 0 };
         chart
             .draw_series(LineSeries::new(
-                pts.iter().map(|p| (p.0, p.1)),
+                pts.iter().take(line).map(|p| (p.0, p.1)),
                 color.stroke_width(2),
             ))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         chart
             .draw_series(
                 pts.iter()
                     .map(|p| Circle::new((p.0, p.1), 4, color.filled())),
             )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label.clone())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
         chart
             .draw_series(pts.iter().filter(|p| p.2 > 0.0).map(|p| {
                 ErrorBar::new_vertical(p.0, p.1 - p.2, p.1, p.1 + p.2, color.stroke_width(1), 8)

@@ -25,7 +25,11 @@ pub fn ml100k_dir(test: &str) -> Option<PathBuf> {
             dir.display()
         );
     }
-    eprintln!(
+    // Written to the real stderr (not the captured test output), so a skip is visible in
+    // a plain `cargo test`, as the PostgreSQL skips are.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "SKIPPED {test}: MovieLens-100K not found at {} (set DPREC_ML100K_DIR)",
         dir.display()
     );
