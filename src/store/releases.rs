@@ -1433,7 +1433,7 @@ mod tests {
         for ready in [1_000, 7_000, 20_999, 50_000, 1_000_000_007] {
             let v = public_deadline(1_000, 10_000, ready);
             assert!(
-                v >= ready && (v - 1_000) % 10_000 == 0 && v - ready < 10_000,
+                v >= ready && (v - 1_000) % 10_000 == 0 && v - ready <= 10_000,
                 "{ready}"
             );
         }
