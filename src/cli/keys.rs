@@ -52,7 +52,7 @@ pub enum KeysCommand {
     },
     /// Replace the page-link secret file (auth.link_secret_file, default beside the
     /// SQLite database) with a fresh one: every receipt and overview link minted before
-    /// stops working. Running servers re-read it within scheduler.reload_secs (and at
+    /// is void. Running servers re-read it within scheduler.reload_secs (and at
     /// restart). Refused when the secret is given directly (auth.link_secret).
     RotateLinkSecret,
 }

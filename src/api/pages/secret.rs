@@ -190,7 +190,7 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<(LinkSecret, bool)> {
 }
 
 /// Replaces the secret file of `settings` with a fresh secret (`dprec keys
-/// rotate-link-secret`): every link minted before stops working. Returns the file.
+/// rotate-link-secret`): every link minted before is void. Returns the file.
 pub fn rotate_file(settings: &Settings) -> anyhow::Result<PathBuf> {
     match LinkSecretSource::of(settings) {
         LinkSecretSource::File(p) => {
