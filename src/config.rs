@@ -105,6 +105,14 @@ pub struct AuthSettings {
     /// Keys from the config file. With none configured (and none stored), the first start
     /// generates an admin key, stores its SHA-256 and prints the key once.
     pub keys: Vec<ApiKey>,
+    /// The file holding the secret that signs page links (`api::pages::secret`), kept out
+    /// of the database. Default: `<database file>.link-secret` beside a SQLite file,
+    /// `dprec.link-secret` in the working directory for PostgreSQL. Created (mode 0600) on
+    /// first start when missing; `dprec keys rotate-link-secret` replaces it.
+    pub link_secret_file: Option<String>,
+    /// The link secret itself, 64 hex digits, instead of a file (container deployments:
+    /// `DPREC_AUTH__LINK_SECRET`); takes precedence over `link_secret_file`.
+    pub link_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -284,6 +292,8 @@ impl Default for AuthSettings {
         Self {
             mode: AuthMode::Keys,
             keys: Vec::new(),
+            link_secret_file: None,
+            link_secret: None,
         }
     }
 }
@@ -533,6 +543,13 @@ impl Settings {
     /// Keys: long enough, not a placeholder, no user token in the file, no key with two
     /// roles. Without auth (`--dev-no-auth`) the keys are not used and not checked.
     fn validate_keys(&self) -> anyhow::Result<()> {
+        if let Some(s) = &self.auth.link_secret {
+            crate::api::pages::secret::LinkSecret::parse(s)
+                .map_err(|e| anyhow::anyhow!("auth.link_secret: {e}"))?;
+        }
+        if self.auth.link_secret_file.as_deref() == Some("") {
+            bail!("auth.link_secret_file: empty path (remove the key for the default)");
+        }
         if self.auth.mode == AuthMode::Disabled {
             return Ok(());
         }
@@ -627,7 +644,9 @@ const SECTIONS: [&str; 10] = [
     "pages",
 ];
 
-/// The expected format of values whose type alone does not say it.
+/// Settings whose value is a secret: errors name the variable, never the value.
+const SECRET_KEYS: [&str; 1] = ["auth.link_secret"];
+
 /// Why a configured key is a placeholder rather than a secret: a sample file's marker
 /// word, or a run of 8 equal characters (a random 32-hex-digit key has one with
 /// probability about 4e-7).
@@ -651,12 +670,14 @@ fn placeholder_key(key: &str) -> Option<&'static str> {
     None
 }
 
+/// The expected format of values whose type alone does not say it.
 fn expected_format(key: &str) -> Option<&'static str> {
     Some(match key {
         "server.bind" => "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080",
         "budget.share" => SHARE_POLICY_FORMAT,
         "database.url" => "sqlite://FILE or postgres://USER@HOST:PORT/DB",
         "auth.mode" => "keys or disabled",
+        "auth.link_secret" => "64 hex digits, e.g. from `openssl rand -hex 32`",
         _ => return None,
     })
 }
@@ -679,6 +700,12 @@ fn with_env_hint(e: anyhow::Error, from_env: &[EnvOverride]) -> anyhow::Error {
         .filter(|f| !msg.contains(f))
         .map(|f| format!("; expected {f}"))
         .unwrap_or_default();
+    if SECRET_KEYS.contains(&o.key.as_str()) {
+        return e.context(format!(
+            "{} (sets {}; value not shown){format}",
+            o.var, o.key
+        ));
+    }
     e.context(format!("{}={:?} (sets {}){format}", o.var, o.value, o.key))
 }
 
@@ -839,6 +866,23 @@ mod tests {
         );
         let e = load("DPREC_SERVER__MAX_BATCH", "many");
         assert!(e.contains("DPREC_SERVER__MAX_BATCH=\"many\""), "{e}");
+    }
+
+    #[test]
+    fn a_bad_link_secret_is_refused_without_echoing_it() {
+        let v = "abcd".repeat(15);
+        let vars = [("DPREC_AUTH__LINK_SECRET".to_string(), v.clone())].into_iter();
+        let e = Settings::from_tree_and_env(toml::Table::new(), vars).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("DPREC_AUTH__LINK_SECRET") && e.contains("64 hex digits"),
+            "{e}"
+        );
+        assert!(!e.contains(&v), "{e}");
+        let ok = "ab".repeat(32);
+        let vars = [("DPREC_AUTH__LINK_SECRET".to_string(), ok.clone())].into_iter();
+        let s = Settings::from_tree_and_env(toml::Table::new(), vars).unwrap();
+        assert_eq!(s.auth.link_secret.as_deref(), Some(ok.as_str()));
     }
 
     #[test]

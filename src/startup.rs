@@ -33,6 +33,8 @@ pub struct Application {
     scheduler: bool,
     /// The key table the server checks (stored keys reloaded every `reload_secs`).
     keys: auth::Keys,
+    /// The page-link secret (its file re-read with the keys).
+    link_keys: api::pages::secret::LinkKeys,
     reload_secs: u64,
 }
 
@@ -142,13 +144,23 @@ async fn load_keys(
     Ok((keys, bootstrap_key))
 }
 
-/// Re-reads the stored keys every `every`, so `dprec keys create/revoke` reach a running
-/// server without a restart.
-async fn reload_keys(store: Store, keys: auth::Keys, every: std::time::Duration) {
+/// Re-reads the stored keys and the page-link secret file every `every`, so `dprec keys
+/// create/revoke/rotate-link-secret` reach a running server without a restart.
+async fn reload_keys(
+    store: Store,
+    keys: auth::Keys,
+    link_keys: api::pages::secret::LinkKeys,
+    every: std::time::Duration,
+) {
     loop {
         tokio::time::sleep(every).await;
         if let Err(e) = keys.reload(&store).await {
             log::warn!("reloading API keys: {e:#}");
+        }
+        match link_keys.reload() {
+            Ok(true) => log::info!("page-link secret rotated: links minted before are void"),
+            Ok(false) => {}
+            Err(e) => log::warn!("reloading the page-link secret (keeping the current one): {e:#}"),
         }
     }
 }
@@ -319,6 +331,7 @@ impl Application {
         );
 
         let (keys, bootstrap_key) = load_keys(&settings, &store).await?;
+        let link_keys = api::pages::secret::LinkKeys::load(&settings)?;
 
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
@@ -342,6 +355,7 @@ impl Application {
             settings: settings.clone(),
             metrics: metrics.clone(),
             keys: keys.clone(),
+            link_keys: link_keys.clone(),
             scale: settings.scale()?,
             user_facts: Arc::new(crate::serve::facts::UserFactsCache::new(
                 std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
@@ -361,6 +375,7 @@ impl Application {
             bootstrap_key,
             scheduler,
             keys,
+            link_keys,
             reload_secs: settings.scheduler.reload_secs,
         })
     }
@@ -379,6 +394,7 @@ impl Application {
             tokio::spawn(reload_keys(
                 self.store.clone(),
                 self.keys.clone(),
+                self.link_keys.clone(),
                 std::time::Duration::from_secs(self.reload_secs),
             ))
         });

@@ -39,6 +39,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub metrics: Arc<Metrics>,
     pub keys: auth::Keys,
+    /// The server secret page links are signed with (`pages::secret`), not in the store.
+    pub link_keys: pages::secret::LinkKeys,
     pub scale: RatingScale,
     /// Deleted flags and rated items per user, so top-N is served from memory.
     pub user_facts: Arc<crate::serve::facts::UserFactsCache>,

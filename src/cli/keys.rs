@@ -50,6 +50,11 @@ pub enum KeysCommand {
         /// The key id (at least 6 hex digits of it).
         id: String,
     },
+    /// Replace the page-link secret file (auth.link_secret_file, default beside the
+    /// SQLite database) with a fresh one: every receipt and overview link minted before
+    /// is void. Running servers re-read it within scheduler.reload_secs (and at
+    /// restart). Refused when the secret is given directly (auth.link_secret).
+    RotateLinkSecret,
 }
 
 /// The id shown for a key hash.
@@ -136,6 +141,9 @@ pub fn time_utc(ms: i64) -> String {
 
 pub fn run(args: KeysArgs) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
+    if let KeysCommand::RotateLinkSecret = args.command {
+        return rotate_link_secret(&settings);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -147,10 +155,23 @@ pub fn run(args: KeysArgs) -> anyhow::Result<()> {
             }
             KeysCommand::List => list(&store, &settings).await,
             KeysCommand::Revoke { id } => revoke(&store, &id).await,
+            KeysCommand::RotateLinkSecret => unreachable!("handled without the store"),
         };
         store.close().await;
         out
     })
+}
+
+/// `dprec keys rotate-link-secret`: a fresh page-link secret in its file.
+pub fn rotate_link_secret(settings: &Settings) -> anyhow::Result<()> {
+    let path = crate::api::pages::secret::rotate_file(settings)?;
+    println!(
+        "wrote a new page-link secret to {} (mode 0600): every link minted before is void; \
+         running servers use the new secret within scheduler.reload_secs ({} s) or at restart",
+        path.display(),
+        settings.scheduler.reload_secs
+    );
+    Ok(())
 }
 
 async fn create(

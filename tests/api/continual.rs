@@ -399,6 +399,10 @@ impl ServeProcess {
         cmd.args(["serve", "--bind", "127.0.0.1:0"])
             .env("DATABASE_URL", url)
             .env("RUST_LOG", "info,sqlx=warn")
+            .envs(
+                link_secret_file(url)
+                    .map(|p| ("DPREC_AUTH__LINK_SECRET_FILE", p.display().to_string())),
+            )
             .env("DPREC_SCHEDULER__ENABLED", "false")
             // The same instance across restarts: the restarted process takes over the
             // lease the killed one left (instead of waiting for it to expire).

@@ -123,8 +123,19 @@ impl TestDb {
     }
 }
 
+/// The page-link secret file of a PostgreSQL test database: in the temporary directory,
+/// named after the database (the service's default, `dprec.link-secret` in the working
+/// directory, would land in the source tree); `None` for SQLite (beside its file).
+pub fn link_secret_file(url: &str) -> Option<std::path::PathBuf> {
+    let db = url.strip_prefix("postgres://")?.rsplit('/').next()?;
+    Some(std::env::temp_dir().join(format!("{db}.link-secret")))
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if let Some(file) = link_secret_file(&self.url) {
+            let _ = std::fs::remove_file(file);
+        }
         if let Some(name) = self.pg_name.take() {
             let _ = std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -155,6 +166,7 @@ pub fn settings(url: &str) -> Settings {
     s.server.max_body_bytes = 16 * 1024;
     s.database.url = url.into();
     s.database.max_connections = 5;
+    s.auth.link_secret_file = link_secret_file(url).map(|p| p.display().to_string());
     s.auth.keys = vec![
         ApiKey {
             key: ADMIN.into(),

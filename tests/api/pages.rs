@@ -1,6 +1,7 @@
 //! The HTML pages (issue 25): a user's privacy receipt and the operator overview; who
 //! opens them (the same 403 for every refusal, whether or not the user exists); signed
-//! links (one user, expiring, dead once the minting key is revoked); escaping of ids; the
+//! links (one user, expiring, dead once the minting key is revoked or the server secret
+//! rotated, not forgeable from the database); escaping of ids; the
 //! page's numbers against the audit JSON.
 
 use dprec::api::pages::PageLink;
@@ -201,6 +202,119 @@ async fn receipt_links(url: &str) {
     app.stop().await;
 }
 both_backends!(receipt_links);
+
+/// The link secret file of the test settings for `url` (beside a SQLite file; in the
+/// temporary directory for a PostgreSQL test database).
+fn secret_file(url: &str) -> std::path::PathBuf {
+    use dprec::api::pages::secret::LinkSecretSource;
+    match LinkSecretSource::of(&settings(url)) {
+        LinkSecretSource::File(p) => p,
+        other => panic!("{url}: {other:?}"),
+    }
+}
+
+/// A receipt link as the former code signed it: HMAC-SHA256 keyed by the minting key's
+/// SHA-256 alone, which the key table stores (what a reader of a database backup can
+/// compute for every key).
+fn forged_with_key_hash(user: &str, key_hash: &str, expires_ms: i64) -> String {
+    use hmac::{Hmac, Mac};
+    let key_id = &key_hash[..16];
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key_hash.as_bytes()).unwrap();
+    m.update(
+        format!(
+            "dprec page link v1\nreceipt:{}:{user}\n{expires_ms}\n{key_id}",
+            user.len()
+        )
+        .as_bytes(),
+    );
+    let mac: String = m
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("/v1/users/{user}/receipt?link={expires_ms}.{key_id}.{mac}")
+}
+
+/// Issue 44 (2.4): links are signed with a server secret kept out of the database. The
+/// secret file is created on first start with mode 0600; a link forged from a stored key
+/// hash (a database backup) is refused; a link survives a restart that reads the same
+/// file; rotating the secret (`dprec keys rotate-link-secret`) voids every link minted
+/// before, in the running server (at its next key reload) and after a restart.
+async fn links_need_the_server_secret(url: &str) {
+    let file = secret_file(url);
+    assert!(!file.exists(), "{}", file.display());
+    let app = two_releases(url).await;
+    assert!(file.exists(), "created on first start: {}", file.display());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let refused = open(&app, "/v1/users/alice/receipt", "").await.text;
+    let backend = app.create_key("reader", None).await;
+    // What a backup holds: the stored key's SHA-256.
+    let rows = app.store.api_key_rows().await.unwrap();
+    let hash = &rows
+        .iter()
+        .find(|r| r.hash.starts_with(&backend.stored.id))
+        .unwrap()
+        .hash;
+    let forged = forged_with_key_hash("alice", hash, dprec::store::now_ms() + 600_000);
+    let r = open(&app, &forged, "").await;
+    assert_eq!((r.status, &r.text), (403, &refused), "a forged link opened");
+    let link = mint_ok(
+        &app,
+        "/v1/users/alice/receipt/links",
+        &backend.key,
+        json!({"ttl_secs": 3600}),
+    )
+    .await;
+    page_ok(&app, &link.path, "").await;
+    app.stop().await;
+
+    // A restart reads the same secret: the link still opens.
+    let restart = || async {
+        let (t, _) = FakeDp::gaussian(5.0);
+        let mut s = settings(url);
+        s.scheduler.reload_secs = 1;
+        TestApp::spawn(s, t, Hooks::default()).await
+    };
+    let app = restart().await;
+    page_ok(&app, &link.path, "").await;
+    let r = open(&app, &forged, "").await;
+    assert_eq!(r.status, 403);
+
+    // Rotation: the running server drops the old links at its next reload.
+    let before = std::fs::read_to_string(&file).unwrap();
+    dprec::cli::keys::rotate_link_secret(&settings(url)).unwrap();
+    assert_ne!(std::fs::read_to_string(&file).unwrap(), before);
+    let mut status = 200;
+    for _ in 0..50 {
+        status = open(&app, &link.path, "").await.status;
+        if status == 403 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 403, "a link minted before the rotation still opens");
+    let fresh = mint_ok(
+        &app,
+        "/v1/users/alice/receipt/links",
+        &backend.key,
+        json!({}),
+    )
+    .await;
+    page_ok(&app, &fresh.path, "").await;
+    app.stop().await;
+    let app = restart().await;
+    let r = open(&app, &link.path, "").await;
+    assert_eq!((r.status, &r.text), (403, &refused));
+    page_ok(&app, &fresh.path, "").await;
+    app.stop().await;
+}
+both_backends!(links_need_the_server_secret);
 
 /// A user id and an item id holding a script tag render as text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

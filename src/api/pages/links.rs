@@ -3,22 +3,26 @@
 //! and an admin key one for the operator overview, and hands it to the browser.
 //!
 //! A link's token is `EXPIRES.KEYID.MAC`: the expiry in milliseconds since the epoch, the
-//! first [`KEY_ID_LEN`] hex digits of the minting key's SHA-256, and
-//! HMAC-SHA256 over (scope, expiry, key id) keyed by the minting key's full SHA-256 (a
-//! value the service holds and never shows: only 12 of its 64 hex digits appear in
-//! `GET /v1/admin/keys`, 16 in a link). So:
+//! first [`KEY_ID_LEN`] hex digits of the minting key's SHA-256, and HMAC-SHA256 over
+//! (scope, expiry, key id) keyed by HMAC-SHA256(server secret, the minting key's full
+//! SHA-256). The server secret ([`super::secret`]) is 32 random bytes kept out of the
+//! database, so:
 //! - a link opens one page (one user's receipt, or the overview) until it expires;
 //! - revoking the minting key (or rotating it: a new key, the old one revoked) kills its
 //!   links at once, since the key's hash is no longer in the key table;
+//! - rotating the server secret (`dprec keys rotate-link-secret`) kills every link;
+//! - whoever reads the database (a backup: it holds every key's SHA-256) cannot mint a
+//!   link without the secret file;
 //! - a link minted by a key whose role is later too low (impossible today: roles do not
 //!   change) would fail the role check done at every use.
 //!
-//! Whoever can read the key table (the database) can forge links; that reader holds the
-//! data anyway. Everything here is pure (the time is a parameter); the MAC is compared in
-//! constant time ([`Mac::verify_slice`]).
+//! Everything here is pure (the time and the secret are parameters); the MAC is compared
+//! in constant time ([`Mac::verify_slice`]).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use super::secret::LinkSecret;
 
 /// Default lifetime of a link (15 minutes).
 pub const DEFAULT_TTL_SECS: u64 = 900;
@@ -56,12 +60,28 @@ pub struct LinkToken<'a> {
     mac: Vec<u8>,
 }
 
-fn mac_of(scope: &LinkScope, key_hash: &str, expires_ms: i64, key_id: &str) -> Hmac<Sha256> {
-    let mut m = Hmac::<Sha256>::new_from_slice(key_hash.as_bytes())
+/// The MAC key of the links minted by the key whose SHA-256 is `key_hash`:
+/// HMAC-SHA256(secret, label || key hash). Neither part alone derives it.
+fn link_key(secret: &LinkSecret, key_hash: &str) -> [u8; 32] {
+    let mut m =
+        Hmac::<Sha256>::new_from_slice(secret.bytes()).expect("HMAC takes a key of any length");
+    m.update(b"dprec page link key v2\n");
+    m.update(key_hash.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+fn mac_of(
+    scope: &LinkScope,
+    secret: &LinkSecret,
+    key_hash: &str,
+    expires_ms: i64,
+    key_id: &str,
+) -> Hmac<Sha256> {
+    let mut m = Hmac::<Sha256>::new_from_slice(&link_key(secret, key_hash))
         .expect("HMAC takes a key of any length");
     m.update(
         format!(
-            "dprec page link v1\n{}\n{expires_ms}\n{key_id}",
+            "dprec page link v2\n{}\n{expires_ms}\n{key_id}",
             scope.encode()
         )
         .as_bytes(),
@@ -83,11 +103,11 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The token of a link for `scope`, minted by the key whose SHA-256 (hex) is `key_hash`,
-/// valid until `expires_ms`.
-pub fn mint(scope: &LinkScope, key_hash: &str, expires_ms: i64) -> String {
+/// The token of a link for `scope`, minted by the key whose SHA-256 (hex) is `key_hash`
+/// under the server's `secret`, valid until `expires_ms`.
+pub fn mint(scope: &LinkScope, secret: &LinkSecret, key_hash: &str, expires_ms: i64) -> String {
     let key_id = &key_hash[..KEY_ID_LEN.min(key_hash.len())];
-    let mac = mac_of(scope, key_hash, expires_ms, key_id)
+    let mac = mac_of(scope, secret, key_hash, expires_ms, key_id)
         .finalize()
         .into_bytes();
     format!("{expires_ms}.{key_id}.{}", hex(&mac))
@@ -109,12 +129,19 @@ pub fn parse(token: &str) -> Option<LinkToken<'_>> {
 }
 
 impl LinkToken<'_> {
-    /// Whether the token opens `scope` at `now_ms`, minted by the key whose SHA-256 is
-    /// `key_hash` (the caller finds the key by [`LinkToken::key_id`] and checks its role).
-    pub fn opens(&self, scope: &LinkScope, key_hash: &str, now_ms: i64) -> bool {
+    /// Whether the token opens `scope` at `now_ms`, minted under `secret` by the key whose
+    /// SHA-256 is `key_hash` (the caller finds the key by [`LinkToken::key_id`] and checks
+    /// its role).
+    pub fn opens(
+        &self,
+        scope: &LinkScope,
+        secret: &LinkSecret,
+        key_hash: &str,
+        now_ms: i64,
+    ) -> bool {
         now_ms < self.expires_ms
             && key_hash.starts_with(self.key_id)
-            && mac_of(scope, key_hash, self.expires_ms, self.key_id)
+            && mac_of(scope, secret, key_hash, self.expires_ms, self.key_id)
                 .verify_slice(&self.mac)
                 .is_ok()
     }
@@ -138,37 +165,40 @@ mod tests {
 
     const H: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     const OTHER: &str = "00112233445566778899aabbccddeeffffffffffffffffffffffffffffffffff";
+    const S: LinkSecret = LinkSecret::from_bytes([7; 32]);
 
     #[test]
     fn a_link_opens_its_scope_until_it_expires() {
         let alice = LinkScope::Receipt("alice".into());
-        let t = mint(&alice, H, 10_000);
+        let t = mint(&alice, &S, H, 10_000);
         let p = parse(&t).unwrap();
         assert_eq!(p.key_id, &H[..KEY_ID_LEN]);
-        assert!(p.opens(&alice, H, 9_999));
-        assert!(!p.opens(&alice, H, 10_000), "expired at its expiry");
-        assert!(!p.opens(&LinkScope::Receipt("bob".into()), H, 0));
-        assert!(!p.opens(&LinkScope::Overview, H, 0));
+        assert!(p.opens(&alice, &S, H, 9_999));
+        assert!(!p.opens(&alice, &S, H, 10_000), "expired at its expiry");
+        assert!(!p.opens(&LinkScope::Receipt("bob".into()), &S, H, 0));
+        assert!(!p.opens(&LinkScope::Overview, &S, H, 0));
         // Same key id, other key (a rotated key, or a collision on the id): refused.
-        assert!(!p.opens(&alice, OTHER, 0));
+        assert!(!p.opens(&alice, &S, OTHER, 0));
     }
 
     #[test]
     fn tampered_tokens_are_refused() {
         let s = LinkScope::Receipt("a".into());
-        let t = mint(&s, H, 10_000);
+        let t = mint(&s, &S, H, 10_000);
         // A later expiry with the old MAC.
         let longer = t.replacen("10000", "99999", 1);
-        assert!(!parse(&longer).unwrap().opens(&s, H, 0));
+        assert!(!parse(&longer).unwrap().opens(&s, &S, H, 0));
         // One flipped MAC digit.
         let mut flipped = t.clone().into_bytes();
         let last = flipped.len() - 1;
         flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
         let flipped = String::from_utf8(flipped).unwrap();
-        assert!(!parse(&flipped).unwrap().opens(&s, H, 0));
+        assert!(!parse(&flipped).unwrap().opens(&s, &S, H, 0));
         // A user id that would read as another scope's encoding.
         let tricky = LinkScope::Receipt("1:a".into());
-        assert!(!parse(&mint(&tricky, H, 10_000)).unwrap().opens(&s, H, 0));
+        assert!(!parse(&mint(&tricky, &S, H, 10_000))
+            .unwrap()
+            .opens(&s, &S, H, 0));
         for bad in [
             "",
             "1.2",
@@ -179,6 +209,23 @@ mod tests {
         ] {
             assert!(parse(bad).is_none(), "{bad:?}");
         }
+    }
+
+    /// What a reader of the database can compute, the minting key's SHA-256, does not
+    /// mint a link: neither the former MAC keyed by the hash alone nor the current MAC
+    /// under any other secret (a rotated one) opens the page.
+    #[test]
+    fn the_key_hash_alone_mints_nothing() {
+        let s = LinkScope::Receipt("alice".into());
+        let key_id = &H[..KEY_ID_LEN];
+        let mut v1 = Hmac::<Sha256>::new_from_slice(H.as_bytes()).unwrap();
+        v1.update(format!("dprec page link v1\n{}\n10000\n{key_id}", s.encode()).as_bytes());
+        let forged = format!("10000.{key_id}.{}", hex(&v1.finalize().into_bytes()));
+        assert!(!parse(&forged).unwrap().opens(&s, &S, H, 0));
+        let rotated = LinkSecret::from_bytes([8; 32]);
+        let old = mint(&s, &S, H, 10_000);
+        assert!(parse(&old).unwrap().opens(&s, &S, H, 0));
+        assert!(!parse(&old).unwrap().opens(&s, &rotated, H, 0));
     }
 
     #[test]

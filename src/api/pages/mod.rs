@@ -18,6 +18,7 @@ pub mod html;
 pub mod links;
 pub mod overview;
 pub mod receipt;
+pub mod secret;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,7 @@ fn html(body: String) -> HttpResponse {
 /// role is still at least `minter`, or (without a link) a key whose grant passes `ok`.
 fn may_open(
     keys: &Keys,
+    secret: &secret::LinkKeys,
     req: &HttpRequest,
     link: Option<&str>,
     scope: &LinkScope,
@@ -67,9 +69,10 @@ fn may_open(
     match link {
         Some(token) => links::parse(token).is_some_and(|t| {
             let now = now_ms();
+            let secret = secret.current();
             keys.hashes_with_prefix(t.key_id, minter)
                 .iter()
-                .any(|h| t.opens(scope, h, now))
+                .any(|h| t.opens(scope, &secret, h, now))
         }),
         None => keys.check(req, Role::Metrics).is_ok_and(|g| ok(&g)),
     }
@@ -144,6 +147,7 @@ pub async fn receipt(
     let scope = LinkScope::Receipt(user.as_str().to_string());
     let opens = may_open(
         &state.keys,
+        &state.link_keys,
         &req,
         query.link.as_deref(),
         &scope,
@@ -222,7 +226,7 @@ async fn mint(
     let hash = Keys::presented_hash(req).ok_or_else(|| {
         ApiError::forbidden("links are signed with the minting key; this request has none")
     })?;
-    let token = links::mint(scope, &hash, expires_at);
+    let token = links::mint(scope, &state.link_keys.current(), &hash, expires_at);
     Ok(HttpResponse::Created().json(PageLink {
         path: format!("{path}{}", html::query(&[("link", token)])),
         expires_at,
@@ -296,6 +300,7 @@ pub async fn overview(
 ) -> Result<HttpResponse, ApiError> {
     let opens = may_open(
         &state.keys,
+        &state.link_keys,
         &req,
         query.link.as_deref(),
         &LinkScope::Overview,
