@@ -334,13 +334,18 @@ fn release_eps(r: &ReleaseChargeView, delta: f64) -> Option<f64> {
     eps_from_rdp(&curve, delta).ok().map(|g| g.eps)
 }
 
+/// `n` and the noun in the number it takes ("1 release", "2 releases").
+fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Each release that used the user's data, in plain words.
 fn releases_section(v: &ReceiptView) -> String {
     let a = &v.audit;
     let rel = &a.releases;
     let mut out = format!(
-        "<h2>Releases that used your data</h2>\n<p class=\"sub\">{} releases, newest first.</p>\n",
-        rel.total
+        "<h2>Releases that used your data</h2>\n<p class=\"sub\">{}, newest first.</p>\n",
+        count(rel.total, "release", "releases")
     );
     for r in &rel.entries {
         let events: Vec<PrivacyEvent> =
@@ -437,6 +442,13 @@ model can still be accurate about populations. The full text: \
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_take_their_number() {
+        assert_eq!(count(1, "release", "releases"), "1 release");
+        assert_eq!(count(0, "release", "releases"), "0 releases");
+        assert_eq!(count(52, "release", "releases"), "52 releases");
+    }
     use crate::api::users::{Budget, Paged, RatingBudgetView, Spent};
 
     fn view(user: &str, item: &str) -> ReceiptView {
