@@ -294,8 +294,9 @@ pub const ROUTE_SCOPES: &[(&str, &str, &str)] = &[
     (
         "/v1/users/{user}/receipt/links",
         "post",
-        "reader, writer, admin (the link is signed with the minting key: revoking it \
-         invalidates the link)",
+        "reader, writer, admin (the link is signed under the server's link secret for \
+         the minting key: revoking the key, or rotating the secret with `dprec keys \
+         rotate-link-secret`, invalidates the link)",
     ),
     (
         "/v1/users/{user}/recommendations",
