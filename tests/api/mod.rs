@@ -11,6 +11,7 @@ mod auth;
 mod bulk_ingest;
 mod catalogue;
 mod continual;
+mod digests;
 mod hardening;
 mod health;
 mod holds;
