@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
                     releases,
                     arrivals: false,
                 };
-                let fitted = t.fit(&d, &mut dprec::rng::seeded(seed))?;
+                let fitted = t.fit(&d, &mut dprec_dp::rng::seeded(seed))?;
                 let r = fitted.ranker.as_ref().expect("a ranker");
                 out[k] = ranking_metrics(r.as_ref(), &m, &fold.test, &cfg).ndcg;
             }
@@ -161,7 +161,7 @@ fn averaged_gram_ranker(
     releases: u64,
     edges: f64,
 ) -> anyhow::Result<(ItemRanker, ItemRanker, String)> {
-    let mut rng = dprec::rng::seeded(seed);
+    let mut rng = dprec_dp::rng::seeded(seed);
     let mut state: Option<CountHistory> = None;
     let mut rels = Vec::new();
     for _ in 0..releases {
@@ -250,7 +250,7 @@ fn average_rankers(
 fn loo_difference(a: &ItemRanker, b: &ItemRanker, m: &Interactions, seed: u64) -> (usize, i64) {
     use dprec::train::Ranker;
     use rand::Rng;
-    let mut rng = dprec::rng::seeded(seed ^ 0x5eed);
+    let mut rng = dprec_dp::rng::seeded(seed ^ 0x5eed);
     let n = m.n_items;
     let (mut sa, mut sb) = (vec![0.0; n], vec![0.0; n]);
     let (mut users, mut diff) = (0usize, 0i64);
@@ -315,8 +315,8 @@ fn rule_ranker(
     };
     let (gram_t, counts_t) = (trainer("split=gram")?, trainer("split=counts")?);
     let sigma_sel = z / rule.share.sqrt();
-    let mut rng = dprec::rng::seeded(seed);
-    let mut noise = dprec::rng::seeded(seed ^ 0xd1ff);
+    let mut rng = dprec_dp::rng::seeded(seed);
+    let mut noise = dprec_dp::rng::seeded(seed ^ 0xd1ff);
     let mut state: Option<CountHistory> = None;
     let mut grams: Vec<GramRelease> = Vec::new();
     let (mut sel_sum, mut sel_n) = (0.0, 0.0f64);

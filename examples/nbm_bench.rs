@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
     let t = train::build(&trainer, &Params::parse(&kv)?)?;
     let data = TrainData::new(&ds.ratings, &m, ds.scale);
     let start = Instant::now();
-    let fitted = t.fit(&data, &mut dprec::rng::seeded(1))?;
+    let fitted = t.fit(&data, &mut dprec_dp::rng::seeded(1))?;
     let fit = start.elapsed().as_secs_f64();
     println!(
         "{trainer} {} | {} ratings, {} users, {} items, threads {} | generate {gen:.1} s, views {prep:.1} s, fit {fit:.1} s",

@@ -59,7 +59,7 @@ fn main() -> anyhow::Result<()> {
         rounds: rounds.max(1) as u32,
         ..PrivateGd::default()
     };
-    let mut rng = dprec::rng::seeded(seed);
+    let mut rng = dprec_dp::rng::seeded(seed);
     let offset = (data.scale.min + data.scale.max) / 2.0;
     let schedule = trainer.schedule(m.n_items, offset, rng.random());
     let t = Instant::now();

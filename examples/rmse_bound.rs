@@ -34,10 +34,10 @@ use std::path::PathBuf;
 
 use dprec::data::folds::{self, Fold};
 use dprec::data::{movielens, Interactions, RatingScale};
-use dprec::rng::DpRng;
 use dprec::train::nonprivate::baseline::fit_biases;
 use dprec::train::predictors::dp_alt::DpAlt;
 use dprec::train::topn::dp_topn::ReleasePlan;
+use dprec_dp::rng::DpRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 

@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
     for seed in 1..=seeds {
         let fitted = trainer.fit(
             &TrainData::new(&ds.ratings, &m, ds.scale),
-            &mut dprec::rng::seeded(seed),
+            &mut dprec_dp::rng::seeded(seed),
         )?;
         let Some(StoredRanker::Item { model }) = fitted.ranker.as_ref().and_then(|r| r.stored())
         else {

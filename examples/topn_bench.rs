@@ -106,7 +106,7 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         let fitted = trainer.fit(
             &TrainData::new(&all, &m, data.scale),
-            &mut dprec::rng::seeded(seed),
+            &mut dprec_dp::rng::seeded(seed),
         )?;
         let secs = t.elapsed().as_secs_f64();
         let k = fitted
@@ -128,7 +128,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     // Seeded 80/20 split.
-    let mut rng = dprec::rng::seeded(seed ^ 0x5eed);
+    let mut rng = dprec_dp::rng::seeded(seed ^ 0x5eed);
     let (mut train_r, mut test_r) = (
         Ratings::with_dims(all.n_users, all.n_items),
         Ratings::with_dims(all.n_users, all.n_items),
@@ -182,7 +182,7 @@ fn main() -> anyhow::Result<()> {
         let start = Instant::now();
         let fitted = t.fit(
             &TrainData::new(&train_r, &m, data.scale),
-            &mut dprec::rng::seeded(noise_seed.unwrap_or(seed)),
+            &mut dprec_dp::rng::seeded(noise_seed.unwrap_or(seed)),
         )?;
         let fit_s = start.elapsed().as_secs_f64();
         // What the release spent the rest of its budget on, and the trace that decided.

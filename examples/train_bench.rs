@@ -37,7 +37,7 @@ fn bench(name: &str, ds: &Dataset, trainers: &[String], repeats: usize) -> anyho
         for k in 0..repeats {
             let data = TrainData::new(&ds.ratings, &m, ds.scale);
             let start = Instant::now();
-            let fitted = trainer.fit(&data, &mut dprec::rng::seeded(k as u64))?;
+            let fitted = trainer.fit(&data, &mut dprec_dp::rng::seeded(k as u64))?;
             times.push(start.elapsed().as_secs_f64());
             std::hint::black_box(fitted);
         }

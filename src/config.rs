@@ -13,7 +13,8 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
-use crate::ledger::{defaults, SharePolicy, SHARE_POLICY_FORMAT};
+use dprec_dp::defaults;
+use dprec_dp::ledger::{SharePolicy, SHARE_POLICY_FORMAT};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -355,7 +356,7 @@ pub fn rating_level_misapplied(trainer: &str, guarantee: crate::train::Guarantee
 impl Default for BudgetSettings {
     fn default() -> Self {
         Self {
-            // Why these values: `ledger::defaults`.
+            // Why these values: `dprec_dp::defaults`.
             default_rating_eps: defaults::RATING_EPS,
             max_rating_eps: 100.0,
             share: defaults::SHARE,
@@ -365,7 +366,7 @@ impl Default for BudgetSettings {
             max_user_eps: 10.0,
             max_user_delta: 1e-5,
             popularity_eps: 0.05,
-            planned_releases: crate::accountant::DEFAULT_PLANNED_RELEASES,
+            planned_releases: dprec_dp::accountant::DEFAULT_PLANNED_RELEASES,
         }
     }
 }

@@ -16,7 +16,6 @@
 //!   (the release pipeline as named steps, the scheduler and replica watcher), [`serve`]
 //!   (in-memory model registry, top-N), [`api`] (HTTP handlers, problem+json, auth, OpenAPI), [`metrics`] and [`startup`].
 
-pub mod accountant;
 pub mod api;
 pub mod cli;
 pub mod config;
@@ -24,14 +23,11 @@ pub mod data;
 pub mod eval;
 pub mod lanes;
 pub mod ldp;
-pub mod ledger;
 pub mod metrics;
 pub mod numerics;
-pub mod privacy;
 pub mod release;
 /// The former name of [`release`], kept for callers written against it.
 pub use release as retrain;
-pub mod rng;
 pub mod serve;
 #[cfg(test)]
 mod shape_tests;

@@ -50,11 +50,11 @@ pub fn trainer_from_settings(s: &Settings) -> anyhow::Result<Arc<dyn Trainer>> {
 }
 
 /// A served proven trainer converts its rating-level loss at the ledger's
-/// [`RATING_DELTA`](crate::ledger::RATING_DELTA), the delta the per-rating promise names
+/// [`RATING_DELTA`](dprec_dp::ledger::RATING_DELTA), the delta the per-rating promise names
 /// (docs/privacy/guarantee.md): the ledger composes every rating's Gaussian part at that
 /// delta, so a trainer charging eps at another delta would make the promise wrong.
 fn check_rating_delta(t: &dyn Trainer) -> anyhow::Result<()> {
-    let want = crate::ledger::RATING_DELTA;
+    let want = dprec_dp::ledger::RATING_DELTA;
     match t.params().get("delta_r").and_then(|v| v.as_f64()) {
         Some(d) if d != want => bail!(
             "trainer.params.delta_r = {d} is refused for the served trainer {}: every \

@@ -7,7 +7,7 @@
 //! (= +inf, an order dp_accounting excludes) must be +inf here too, and the
 //! optimal orders must be identical.
 
-use dprec::accountant::{
+use dprec_dp::accountant::{
     compose_events, default_orders, delta_from_rdp, eps_from_rdp, PrivacyEvent,
 };
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use dprec::accountant::{
+use dprec_dp::accountant::{
     compose_events, default_orders, delta_from_rdp, eps_from_rdp, PrivacyEvent,
 };
 

@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dprec::accountant::{LifetimePlan, RdpCurve, RenyiFilter};
 use dprec::config::Settings;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::ledger::{plan, user_cost, PlanParams, RatingBudget, UserBudget};
 use dprec::train::{self, units, Params, TrainData, Trainer};
+use dprec_dp::accountant::{LifetimePlan, RdpCurve, RenyiFilter};
+use dprec_dp::ledger::{plan, user_cost, PlanParams, RatingBudget, UserBudget};
 
 /// A public bound on any user's ratings (the catalogue size of MovieLens-100K).
 const M: u64 = 1682;
@@ -53,13 +53,13 @@ fn users(names: &[&str], consumed: &RdpCurve) -> BTreeMap<String, UserBudget> {
 
 /// What a release charges each participating user (`release::steps::collect_charges`):
 /// the release's user-level event, for every user the plan charges.
-fn charge(params: &PlanParams, p: &dprec::ledger::Plan) -> BTreeMap<String, RdpCurve> {
+fn charge(params: &PlanParams, p: &dprec_dp::ledger::Plan) -> BTreeMap<String, RdpCurve> {
     let users: BTreeSet<String> = p.users_charged.iter().cloned().collect();
     let cost = user_cost(&params.user_event.clone().into_iter().collect::<Vec<_>>()).unwrap();
     users.into_iter().map(|u| (u, cost.clone())).collect()
 }
 
-fn admitted_ids(ratings: &[RatingBudget], p: &dprec::ledger::Plan) -> BTreeSet<i64> {
+fn admitted_ids(ratings: &[RatingBudget], p: &dprec_dp::ledger::Plan) -> BTreeSet<i64> {
     p.admitted().map(|a| ratings[a.index as usize].id).collect()
 }
 
@@ -295,7 +295,7 @@ fn published(trainer: &dyn Trainer, r: &Ratings, budgets: &[f64]) -> Vec<serde_j
         prior_counts: None,
         labels: None,
     };
-    let mut rng = dprec::rng::seeded(3);
+    let mut rng = dprec_dp::rng::seeded(3);
     let fitted = trainer.fit(&data, &mut rng).unwrap();
     fitted
         .charges
@@ -349,7 +349,7 @@ fn gaussian_mf_charges_every_rating_it_touches() {
         prior_counts: None,
         labels: None,
     };
-    let mut rng = dprec::rng::seeded(5);
+    let mut rng = dprec_dp::rng::seeded(5);
     let fitted = trainer.fit(&data, &mut rng).unwrap();
     let totals = fitted.charges.rating_totals(r.len());
     for (k, t) in totals.iter().enumerate().skip(1) {

@@ -1,7 +1,7 @@
 //! The empirical privacy test (issue 8): for a small synthetic data set, run the service's
 //! real mechanisms many times on D and on D' (one rating added; one user added), apply a
 //! threshold distinguisher to a released statistic, and check that the Clopper-Pearson
-//! lower bound on eps it implies (`dprec::privacy::audit`) is BELOW the eps the ledger
+//! lower bound on eps it implies (`dprec_dp::privacy::audit`) is BELOW the eps the ledger
 //! charges; and that the same audit finds a bound ABOVE the charged eps when the noise
 //! scale is halved or the noise is missing, so these tests would catch either defect.
 //!
@@ -10,13 +10,13 @@
 //! bound holds with confidence 0.95); the defective mechanisms' bounds are checked against
 //! 1.1 times the charged eps, which they exceed by a wide margin at these trial counts.
 
-use dprec::accountant::{default_orders, eps_from_rdp, PrivacyEvent};
 use dprec::data::{Interactions, Ratings};
-use dprec::privacy::audit::{audit, AuditConfig};
-use dprec::rng::seeded;
 use dprec::train::dp_stats::dp_popularity;
 use dprec::train::predictors::gaussian_mf::UserOffsets;
 use dprec::train::predictors::ssp::{noisy_statistics, SspConfig};
+use dprec_dp::accountant::{default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::privacy::audit::{audit, AuditConfig};
+use dprec_dp::rng::seeded;
 
 fn pure(trials: usize) -> AuditConfig {
     AuditConfig {
@@ -31,7 +31,7 @@ const COUNTS: [u64; 4] = [7, 3, 12, 1];
 
 /// The service's popularity release (`dp_stats::dp_popularity`, exact discrete Laplace
 /// on every count) on a data set with these item counts (one user per rating).
-fn noisy_counts(c: &[u64; 4], eps: f64, rng: &mut dprec::rng::DpRng) -> Vec<i64> {
+fn noisy_counts(c: &[u64; 4], eps: f64, rng: &mut dprec_dp::rng::DpRng) -> Vec<i64> {
     let mut r = Ratings::with_dims(c.iter().sum::<u64>() as usize, 4);
     let mut u = 0;
     for (j, &n) in c.iter().enumerate() {
@@ -46,7 +46,9 @@ fn noisy_counts(c: &[u64; 4], eps: f64, rng: &mut dprec::rng::DpRng) -> Vec<i64>
 
 /// The popularity release (`noisy_counts`, exact discrete Laplace) run at `eps_run`;
 /// `None` = the noise is missing (exact counts). The statistic is item 2's noisy count.
-fn popularity_statistic(eps_run: Option<f64>) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+fn popularity_statistic(
+    eps_run: Option<f64>,
+) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64 {
     move |neighbour, rng| {
         let mut c = COUNTS;
         if neighbour {
@@ -92,7 +94,7 @@ fn popularity_counts_one_rating_added() {
 /// contribution bound m = 3). Each count is eps-DP for one rating, so the user-level
 /// charge is 3 eps (group privacy over the user's 3 ratings in 3 disjoint counts). The
 /// statistic is the sum of the three noisy counts.
-fn user_statistic(eps_run: Option<f64>) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+fn user_statistic(eps_run: Option<f64>) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64 {
     move |neighbour, rng| {
         let mut c = COUNTS;
         if neighbour {
@@ -136,7 +138,7 @@ fn popularity_counts_one_user_added() {
 /// D' adds a rating of item 1. Both items have the public feature 1 (d = 1, no bias), the
 /// ratings are 5 with offset 0 and clip_y = 2, so the added rating moves the statistics
 /// (A, b) by (1, 2); the released statistic is their projection on that direction.
-fn ssp_statistic(z: f64, noise: bool) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+fn ssp_statistic(z: f64, noise: bool) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64 {
     let cfg = SspConfig {
         noise_multiplier: z,
         clip_y: 2.0,
@@ -270,7 +272,7 @@ fn topn_statistic(
     canary: [&'static [u32]; 2],
     dc: [f64; 2],
     dg: [f64; 3],
-) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64 {
     let views = [topn_data(canary[0]), topn_data(canary[1])];
     move |neighbour, rng| {
         let (r, m) = &views[usize::from(neighbour)];
@@ -310,7 +312,7 @@ fn topn_case(
     unit: Unit,
     split: &str,
     noise_factor: f64,
-) -> (DpTopN, impl FnMut(bool, &mut dprec::rng::DpRng) -> f64) {
+) -> (DpTopN, impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64) {
     match unit {
         Unit::User => {
             let t = topn(7.5, 256, split, noise_factor);
@@ -420,7 +422,7 @@ fn alt(noise_factor: f64) -> DpAlt {
 /// side is public (item biases 0), so the step is exactly the released statistics; the
 /// statistic is the likelihood-ratio direction `sum dG G / sigma_G^2 + sum dh h /
 /// sigma_h^2`.
-fn alt_statistic(t: DpAlt) -> impl FnMut(bool, &mut dprec::rng::DpRng) -> f64 {
+fn alt_statistic(t: DpAlt) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64 {
     let side = JointAls {
         mean: 3.0,
         item_bias: vec![0.0; 4],

@@ -43,7 +43,7 @@ fn charges_follow_the_ledger_rules() {
     let t = alt(&[]);
     let mut data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
     data.budgets = Some((&budgets).into());
-    let fit = t.fit(&data, &mut dprec::rng::seeded(1)).unwrap();
+    let fit = t.fit(&data, &mut dprec_dp::rng::seeded(1)).unwrap();
     assert_eq!(fit.guarantee, Guarantee::Proven);
     let eps = fit.charges.rating_totals(r.len());
     let rho = fit.charges.rating_rho_totals(r.len());
@@ -72,7 +72,7 @@ fn charges_follow_the_ledger_rules() {
     assert_eq!(per_user.len(), 30);
     assert!(per_user.values().all(|e| e == &vec![planned.clone()]));
     for rec in &fit.charges.mechanisms {
-        assert_eq!(rec.neighbour, dprec::train::charges::Neighbour::AddRemove);
+        assert_eq!(rec.neighbour, dprec_dp::charges::Neighbour::AddRemove);
     }
 }
 
@@ -86,7 +86,7 @@ fn the_user_side_is_solved_from_the_users_own_ratings() {
     let fit = alt(&["eps=50", "releases=1", "eps_r=none"])
         .fit(
             &TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE),
-            &mut dprec::rng::seeded(2),
+            &mut dprec_dp::rng::seeded(2),
         )
         .unwrap();
     assert_eq!(fit.model.user_factors.nrows(), 0);

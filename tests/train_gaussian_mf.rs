@@ -10,14 +10,14 @@
 
 use crate::common;
 
-use dprec::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::train::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
 use dprec::train::predictors::gaussian_mf::{
     calibrate_noise_multiplier, clipped_gradient_sum, dp_user_step, gaussian_steps_eps,
     paper_eps_opt, paper_noise_multiplier, UserNoise, UserOffsets, UserStepConfig,
 };
 use dprec::train::{build, FactorModel, Guarantee, Params, TrainData, TrainError};
+use dprec_dp::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
 use ndarray::{array, Array1, Array2};
 
 use crate::common::{identical_users, mean_var, var_ok, Z_CRIT};
@@ -84,7 +84,7 @@ fn one_step_noise_scale_is_lr_sigma_c_and_wrong_sigma_fails() {
             feats.view(),
             None,
             &cfg,
-            &mut dprec::rng::seeded(17),
+            &mut dprec_dp::rng::seeded(17),
         )
         .unwrap();
         assert_eq!(out.noise_std, z * delta);
@@ -149,7 +149,7 @@ fn multi_step_noise_is_the_linear_transform_of_the_accumulated_noise() {
         feats.view(),
         None,
         &cfg,
-        &mut dprec::rng::seeded(5),
+        &mut dprec_dp::rng::seeded(5),
     )
     .unwrap();
     let sigma = z * c;
@@ -195,7 +195,7 @@ fn multi_step_noise_is_the_linear_transform_of_the_accumulated_noise() {
 #[test]
 fn clipped_sum_has_sensitivity_c() {
     use rand::Rng;
-    let mut rng = dprec::rng::seeded(3);
+    let mut rng = dprec_dp::rng::seeded(3);
     let (n_items, d, clip) = (30usize, 5usize, 0.7);
     let feats = Array2::from_shape_fn((n_items, d), |_| rng.random_range(-2.0..2.0));
     let bias: Vec<f64> = (0..n_items).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -334,7 +334,7 @@ fn charges_follow_the_rule() {
         feats.view(),
         Some(&eligible),
         &cfg,
-        &mut dprec::rng::seeded(1),
+        &mut dprec_dp::rng::seeded(1),
     )
     .unwrap();
     let want = PrivacyEvent::gaussian(1.3, 7).unwrap();
@@ -364,7 +364,7 @@ fn charges_follow_the_rule() {
     )
     .unwrap();
     let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-    let fitted = t.fit(&data, &mut dprec::rng::seeded(2)).unwrap();
+    let fitted = t.fit(&data, &mut dprec_dp::rng::seeded(2)).unwrap();
     assert_eq!(t.planned_user_event(), Some(want.clone()));
     let charged: Vec<u32> = fitted.charges.users.iter().map(|c| c.user).collect();
     assert_eq!(charged, vec![0, 2, 3, 4]);
@@ -465,7 +465,7 @@ fn trainer_outputs_do_not_depend_on_the_thread_count() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| t.fit(&data, &mut dprec::rng::seeded(9)).unwrap())
+            pool.install(|| t.fit(&data, &mut dprec_dp::rng::seeded(9)).unwrap())
         };
         let (a, b) = (run(1), run(2));
         assert_eq!(a.model.user_factors, b.model.user_factors, "{name}");
@@ -480,7 +480,7 @@ fn guarantees_labels_and_parameter_errors() {
     let (train, _) = common::low_rank(30, 20, 2, 0.5, 1);
     let m = Interactions::new(&train);
     let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
-    let mut rng = dprec::rng::seeded(4);
+    let mut rng = dprec_dp::rng::seeded(4);
 
     let paper = build(
         "paper-gaussian-mf",
@@ -514,12 +514,12 @@ fn guarantees_labels_and_parameter_errors() {
     let eps = rec.params["per_user_eps"].as_f64().unwrap();
     assert_eq!(
         eps,
-        gaussian_steps_eps(2.0, 5, dprec::ledger::RATING_DELTA).unwrap()
+        gaussian_steps_eps(2.0, 5, dprec_dp::ledger::RATING_DELTA).unwrap()
     );
     assert!(eps <= rec.params["paper_eps_opt"].as_f64().unwrap());
     let summary = f
         .charges
-        .summary(train.len(), dprec::ledger::RATING_DELTA)
+        .summary(train.len(), dprec_dp::ledger::RATING_DELTA)
         .unwrap();
     assert_eq!(summary.max_user_eps, eps);
 
@@ -606,7 +606,7 @@ fn with_true_items_and_large_eps_it_matches_the_nonprivate_user_solve() {
     ];
     let trainer = build("gaussian-mf", &Params::parse(&params).unwrap()).unwrap();
     let dp = trainer
-        .fit(&data, &mut dprec::rng::seeded(3))
+        .fit(&data, &mut dprec_dp::rng::seeded(3))
         .unwrap()
         .model;
 
@@ -685,7 +685,7 @@ fn paper_gaussian_mf_noise_has_the_papers_sigma() {
     let fit = t
         .fit(
             &TrainData::new(&r, &m, dprec::data::RatingScale::ONE_TO_FIVE),
-            &mut dprec::rng::seeded(5),
+            &mut dprec_dp::rng::seeded(5),
         )
         .unwrap();
     let tau = 4.0; // the scale's width

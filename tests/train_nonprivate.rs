@@ -11,7 +11,9 @@ fn fit(name: &str, params: &[&str], train: &dprec::data::Ratings, seed: u64) -> 
     let m = Interactions::new(train);
     let data = TrainData::new(train, &m, RatingScale::ONE_TO_FIVE);
     let t = build(name, &Params::parse(params).unwrap()).unwrap();
-    t.fit(&data, &mut dprec::rng::seeded(seed)).unwrap().model
+    t.fit(&data, &mut dprec_dp::rng::seeded(seed))
+        .unwrap()
+        .model
 }
 
 fn test_rmse(model: &FactorModel, test: &dprec::data::Ratings) -> f64 {

@@ -6,18 +6,18 @@
 
 use crate::common;
 
-use dprec::accountant::PrivacyEvent;
 use dprec::data::folds::predefined_ml100k;
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::eval::rmse;
-use dprec::privacy::{sampling_probability, Threshold};
-use dprec::rng::seeded;
-use dprec::train::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
 use dprec::train::predictors::objpert::{
     approximation_noise, budget_split, clip_rows, dp_item_step, solve_item, ItemStepConfig,
     MeanRelease,
 };
 use dprec::train::{build, FactorModel, Fitted, Guarantee, Params, TrainData};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
+use dprec_dp::privacy::{sampling_probability, Threshold};
+use dprec_dp::rng::seeded;
 use ndarray::Array2;
 use rand::Rng;
 

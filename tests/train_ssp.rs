@@ -11,15 +11,15 @@
 
 use crate::common;
 
-use dprec::accountant::PrivacyEvent;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::train::charges::{Neighbour, PrivacyUnit};
 use dprec::train::predictors::gaussian_mf::UserOffsets;
 use dprec::train::predictors::ssp::{
     feature_row, noisy_statistics, packed_len, solve_statistics, ssp_user_step,
     sufficient_statistics, SspConfig,
 };
 use dprec::train::{build, FactorModel, Params, TrainData};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{Neighbour, PrivacyUnit};
 use ndarray::{array, Array1, Array2};
 use rand::Rng;
 
@@ -88,7 +88,7 @@ fn released_statistics_have_variance_z_delta_squared_and_wrong_z_fails() {
             feats.view(),
             None,
             &c,
-            &mut dprec::rng::seeded(11),
+            &mut dprec_dp::rng::seeded(11),
         )
         .unwrap();
         assert_eq!(stats.ncols(), packed_len(dim));
@@ -131,7 +131,7 @@ fn released_statistics_have_variance_z_delta_squared_and_wrong_z_fails() {
 /// feature row and a clipped target, so it is tight.
 #[test]
 fn statistics_sensitivity_is_sqrt_one_plus_cy_squared() {
-    let mut rng = dprec::rng::seeded(3);
+    let mut rng = dprec_dp::rng::seeded(3);
     let (n_items, d) = (30usize, 4usize);
     let feats = Array2::from_shape_fn((n_items, d), |_| rng.random_range(-2.0..2.0));
     let bias: Vec<f64> = (0..n_items)
@@ -232,7 +232,7 @@ fn charges_follow_the_rule() {
         feats.view(),
         Some(&eligible),
         &c,
-        &mut dprec::rng::seeded(1),
+        &mut dprec_dp::rng::seeded(1),
     )
     .unwrap();
     let want = PrivacyEvent::gaussian(1.3, 1).unwrap();
@@ -274,7 +274,7 @@ fn charges_follow_the_rule() {
 fn outputs_do_not_depend_on_the_thread_count() {
     let (train, _) = common::low_rank(80, 40, 2, 0.4, 5);
     let m = Interactions::new(&train);
-    let mut rng = dprec::rng::seeded(2);
+    let mut rng = dprec_dp::rng::seeded(2);
     let feats = Array2::from_shape_fn((40, 3), |_| rng.random_range(-1.0..1.0));
     let offsets = UserOffsets {
         global: 3.0,
@@ -293,7 +293,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
                 feats.view(),
                 None,
                 &c,
-                &mut dprec::rng::seeded(9),
+                &mut dprec_dp::rng::seeded(9),
             )
             .unwrap();
             let stats = noisy_statistics(
@@ -302,7 +302,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
                 feats.view(),
                 None,
                 &c,
-                &mut dprec::rng::seeded(9),
+                &mut dprec_dp::rng::seeded(9),
             )
             .unwrap();
             (step, stats)
@@ -332,7 +332,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| t.fit(&data, &mut dprec::rng::seeded(4)).unwrap())
+        pool.install(|| t.fit(&data, &mut dprec_dp::rng::seeded(4)).unwrap())
     };
     let (f1, f2) = (fit(1), fit(2));
     assert_eq!(f1.model.user_factors, f2.model.user_factors);
@@ -377,7 +377,7 @@ fn with_true_items_and_small_noise_it_matches_the_exact_ridge_solve() {
         q.view(),
         None,
         &c,
-        &mut dprec::rng::seeded(3),
+        &mut dprec_dp::rng::seeded(3),
     )
     .unwrap();
     let clipped = dprec::train::predictors::objpert::clip_rows(&q);

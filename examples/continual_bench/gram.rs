@@ -18,9 +18,9 @@
 //! EASE's ridge is `EDGES` noise edges of the estimate's entry sd. Offline, like the rest
 //! of this example: no RSM, no filter calibration.
 
-use dprec::privacy::tree::{decomposition, ArrivalCap, TreeCounter};
-use dprec::rng::{seeded, split, DpRng};
 use dprec::train::topn::dp_topn::{add_symmetric_noise, ease_weights, noise_edge};
+use dprec_dp::privacy::tree::{decomposition, ArrivalCap, TreeCounter};
+use dprec_dp::rng::{seeded, split, DpRng};
 
 use dprec::train::topn::history::{drift_for, CountHistory};
 
@@ -209,7 +209,7 @@ fn independent_arm(
         let exact = service_exact(&rows, n_items, &mut r_cap);
         let released = exact
             .iter()
-            .map(|v| Ok(v + dprec::privacy::gaussian(sigma_c, &mut r_counts)?))
+            .map(|v| Ok(v + dprec_dp::privacy::gaussian(sigma_c, &mut r_counts)?))
             .collect::<anyhow::Result<Vec<f64>>>()?;
         // The counts filter's state after this release (as `combine`, one step a period).
         let next = CountHistory::update(

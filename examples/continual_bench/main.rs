@@ -1,4 +1,4 @@
-//! What continual release (tree aggregation, `dprec::privacy::tree`) buys for the DP
+//! What continual release (tree aggregation, `dprec_dp::privacy::tree`) buys for the DP
 //! popularity counts: MovieLens-100K replayed by time in `T` periods, the DP counts of
 //! everything so far released at the end of every period, at user level
 //! (eps_u, delta_u) over the whole stream.
@@ -37,10 +37,10 @@ use std::path::PathBuf;
 mod gram;
 
 use dprec::eval::ranking::list_metrics;
-use dprec::privacy::tree::{levels, ArrivalCap, TreeCounter};
-use dprec::rng::{seeded, split, DpRng};
 use dprec::train::topn::dp_topn::{DpTopN, ReleasePlan};
 use dprec::train::topn::history::{drift_for, CountHistory};
+use dprec_dp::privacy::tree::{levels, ArrivalCap, TreeCounter};
+use dprec_dp::rng::{seeded, split, DpRng};
 use rand::seq::SliceRandom;
 
 /// One rating of u.data (0-based ids).
@@ -191,7 +191,7 @@ fn release_all(
         let svc = service_exact(&rows, n_items, &mut r_cap);
         let noisy = |x: &[f64], s: f64, r: &mut DpRng| -> anyhow::Result<Vec<f64>> {
             x.iter()
-                .map(|v| Ok(v + dprec::privacy::gaussian(s, r)?))
+                .map(|v| Ok(v + dprec_dp::privacy::gaussian(s, r)?))
                 .collect()
         };
         out[0].0.push(noisy(&svc, sig_service, &mut r_svc)?);

@@ -15,8 +15,8 @@ use super::auth::{AnyKey, Grant, UserKey};
 use super::{path_id, ApiError, AppState, Page};
 use crate::config::Role;
 use crate::store::ReleaseRow;
-use crate::train::charges::{Neighbour, PrivacyUnit};
 use crate::train::Guarantee;
+use dprec_dp::charges::{Neighbour, PrivacyUnit};
 
 /// Keys of a mechanism's parameters that would count the data (exact counts are private
 /// under add/remove). Dropped, at any depth, from every mechanism record the API returns.

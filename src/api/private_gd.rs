@@ -256,7 +256,7 @@ pub async fn advance(
         return Err(ApiError::invalid("items", "the item catalogue is empty"));
     }
     let m = items.len();
-    let mut rng = crate::rng::from_os();
+    let mut rng = dprec_dp::rng::from_os();
     let dim = body.dim.unwrap_or(m.div_ceil(10).max(1));
     let schedule = Schedule {
         eps_total: body.eps_total.unwrap_or(0.1),

@@ -13,11 +13,11 @@ use super::auth::{UserKey, WriterKey};
 use super::domain::{Delta, Epsilon};
 use super::models::{public_mechanisms, public_params, MechanismView};
 use super::{json_body, path_id, ApiError, AppState, Page};
-use crate::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
 use crate::config::Role;
 use crate::store::SettingsWrite;
-use crate::train::charges::PrivacyUnit;
 use crate::train::Guarantee;
+use dprec_dp::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
+use dprec_dp::charges::PrivacyUnit;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserSettings {
@@ -543,10 +543,10 @@ fn audit_note(
 /// eps, whether the filter is full, and the curve at a few orders.
 fn consumed_summary(
     filter: &RenyiFilter,
-    consumed: &crate::accountant::RdpCurve,
+    consumed: &dprec_dp::accountant::RdpCurve,
 ) -> Result<
     (
-        crate::accountant::PrivacyGuarantee,
+        dprec_dp::accountant::PrivacyGuarantee,
         f64,
         bool,
         Vec<RdpPoint>,

@@ -1,7 +1,7 @@
 //! `dprec accountant`: RDP curve and (eps, delta) for mechanism parameters.
 //!
 //! Thin layer: parses flags into [`PrivacyEvent`]s, calls the pure
-//! [`crate::accountant`] functions, prints pretty JSON on stdout.
+//! [`dprec_dp::accountant`] functions, prints pretty JSON on stdout.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::accountant::{
+use dprec_dp::accountant::{
     compose_events, default_orders, delta_from_rdp, eps_from_rdp, PrivacyEvent, PrivacyGuarantee,
     RdpCurve,
 };

@@ -8,7 +8,6 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::accountant::PrivacyEvent;
 use crate::config::Settings;
 use crate::data::folds::{self, Fold};
 use crate::data::movielens::{self, Format};
@@ -16,6 +15,7 @@ use crate::data::RatingScale;
 use crate::eval::{self, plot, RunReport, SweepPoint};
 use crate::release::{steps, ReleaseConfig};
 use crate::train::{self, ParamError, Params, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
 
 /// Which folds to evaluate on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -326,7 +326,7 @@ pub fn calibration(trainer: &Arc<dyn Trainer>, m: u64) -> Option<Calibration> {
     Some(Calibration {
         plan,
         event,
-        first_share: crate::ledger::release_share(
+        first_share: dprec_dp::ledger::release_share(
             b.share,
             b.default_rating_eps,
             0.0,

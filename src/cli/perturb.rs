@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::data::movielens::{self, Format};
 use crate::data::RatingScale;
 use crate::ldp::{PerturbedRating, RatingPerturber};
-use crate::rng;
+use dprec_dp::rng;
 
 /// Output layout of `dprec perturb`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

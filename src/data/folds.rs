@@ -81,7 +81,7 @@ pub fn random_kfold(ratings: &Ratings, k: usize, seed: u64) -> Result<Vec<Fold>,
         )));
     }
     let mut order: Vec<usize> = (0..ratings.len()).collect();
-    order.shuffle(&mut crate::rng::seeded(seed));
+    order.shuffle(&mut dprec_dp::rng::seeded(seed));
     let n = order.len();
     Ok((0..k)
         .map(|f| {

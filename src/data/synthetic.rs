@@ -52,7 +52,7 @@ use rand_distr::StandardNormal;
 use rayon::prelude::*;
 
 use super::{DataError, Dataset, IdMap, RatingScale, Ratings};
-use crate::rng::{self, DpRng};
+use dprec_dp::rng::{self, DpRng};
 
 /// ChaCha stream of the item parameters (users use streams `0..n_users`).
 const ITEM_STREAM: u64 = u64::MAX;

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::folds::Fold;
 use crate::data::{Interactions, RatingScale, Ratings};
-use crate::rng;
-use crate::train::charges::ChargeSummary;
 use crate::train::{Guarantee, Ranker, TrainData, TrainError, Trainer};
+use dprec_dp::charges::ChargeSummary;
+use dprec_dp::rng;
 
 pub use ranking::{ranking_metrics, RankingConfig, RankingMetrics};
 
@@ -268,10 +268,10 @@ impl Trainer for AfterReleases {
     fn guarantee(&self) -> Guarantee {
         self.inner.guarantee()
     }
-    fn planned_user_event(&self) -> Option<crate::accountant::PrivacyEvent> {
+    fn planned_user_event(&self) -> Option<dprec_dp::accountant::PrivacyEvent> {
         self.inner.planned_user_event()
     }
-    fn user_level_event(&self, max_ratings: u64) -> Option<crate::accountant::PrivacyEvent> {
+    fn user_level_event(&self, max_ratings: u64) -> Option<dprec_dp::accountant::PrivacyEvent> {
         self.inner.user_level_event(max_ratings)
     }
     fn rating_cap(&self) -> Option<f64> {

@@ -10,7 +10,7 @@
 //!    public `V` ([`local_profile`]), draws one coordinate `(s, l)` of the `q x d` matrix
 //!    `x = Phi grad_V^u` uniformly (data-independent), computes that single entry of its
 //!    gradient, clips it to `[-C, C]` and sends ONE bit drawn by the paper's randomiser
-//!    ([`crate::privacy::local::one_bit_probability`] of `x/C`, at `eps_round = eps / k`).
+//!    ([`dprec_dp::privacy::local::one_bit_probability`] of `x/C`, at `eps_round = eps / k`).
 //!    Only the bit and the coordinate leave the device.
 //! 3. The curator adds the bits ([`Aggregator`]), estimates
 //!    `grad_B* = C q d B / n * sum of bits per coordinate` (unbiased for the mean clipped
@@ -36,7 +36,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::numerics::linalg::cholesky_solve;
-use crate::privacy::local::{one_bit_bound, one_bit_probability};
+use dprec_dp::privacy::local::{one_bit_bound, one_bit_probability};
 
 /// Errors of the protocol: a bad parameter, a report that does not fit the round, or a
 /// projection whose Gram matrix cannot be factorised.
@@ -756,8 +756,8 @@ pub fn next_state(state: &RoundState, recovery: &Recovery, agg: &Aggregator) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::privacy::stats::freq_tolerance;
-    use crate::rng::seeded;
+    use dprec_dp::privacy::stats::freq_tolerance;
+    use dprec_dp::rng::seeded;
 
     fn schedule(projection: Option<ProjectionSpec>) -> Schedule {
         Schedule {

@@ -1,7 +1,7 @@
 //! Client-side local differential privacy for ratings (BLP-MoG-MF, Neera et al.).
 //!
 //! A client that does not trust the curator perturbs each rating on its own device with
-//! the bounded Laplace mechanism ([`crate::privacy::bounded_laplace`]) and sends only the
+//! the bounded Laplace mechanism ([`dprec_dp::privacy::bounded_laplace`]) and sends only the
 //! perturbed value together with the mechanism parameters it used: a [`PerturbedRating`].
 //! The JSON form is exactly one element of the `POST /v1/ratings` batch body, so a file of
 //! them (or a `{"ratings": [...]}` body) can be posted as is:
@@ -21,18 +21,18 @@
 //! (any value in `[lower, upper]` replaced by any other), eps-LDP. The sensitivity is the
 //! full width `upper - lower`, for which the bounded Laplace normaliser cancels in the
 //! worst-case density ratio and `b = width/eps` is exactly eps-DP (Holohan et al. 2018;
-//! the calibration of [`crate::privacy::calibrate_bounded_laplace`] returns it). The
+//! the calibration of [`dprec_dp::privacy::calibrate_bounded_laplace`] returns it). The
 //! user and item ids and the fact that a rating exists are NOT hidden from the curator.
 //!
 //! Everything here is pure (no I/O); randomness comes from the caller's generator
-//! (production: [`crate::rng::from_os`]).
+//! (production: [`dprec_dp::rng::from_os`]).
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::data::RatingScale;
-use crate::privacy::{bounded_laplace, calibrate_bounded_laplace, PrivacyError};
+use dprec_dp::privacy::{bounded_laplace, calibrate_bounded_laplace, PrivacyError};
 
 /// The local mechanisms a client may claim to have run on a rating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -245,8 +245,8 @@ impl RatingPerturber {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::privacy::stats::{ks_critical, ks_statistic};
-    use crate::rng::seeded;
+    use dprec_dp::privacy::stats::{ks_critical, ks_statistic};
+    use dprec_dp::rng::seeded;
 
     const S: RatingScale = RatingScale::ONE_TO_FIVE;
 
@@ -314,10 +314,11 @@ mod tests {
             for &x in &g {
                 for &x2 in &g {
                     for &y in &g {
-                        let p = crate::privacy::bounded_laplace_density(y, x, c.scale, 1.0, 5.0)
+                        let p = dprec_dp::privacy::bounded_laplace_density(y, x, c.scale, 1.0, 5.0)
                             .unwrap();
-                        let q = crate::privacy::bounded_laplace_density(y, x2, c.scale, 1.0, 5.0)
-                            .unwrap();
+                        let q =
+                            dprec_dp::privacy::bounded_laplace_density(y, x2, c.scale, 1.0, 5.0)
+                                .unwrap();
                         worst = worst.max(p / q);
                     }
                 }

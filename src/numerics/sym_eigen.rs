@@ -269,7 +269,7 @@ mod tests {
 
     fn random_symmetric(n: usize, seed: u64) -> Vec<f64> {
         use rand::Rng;
-        let mut rng = crate::rng::seeded(seed);
+        let mut rng = dprec_dp::rng::seeded(seed);
         let mut a = vec![0.0; n * n];
         for i in 0..n {
             for j in i..n {

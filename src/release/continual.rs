@@ -21,18 +21,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{ReleaseError, Released, Retrainer, StageClock};
-use crate::ledger::{fits_with_rho, UserBudget};
 use crate::serve::{Popularity, Published, ReleaseMeta, StoredModel};
 use crate::store::{
     commit_release, OfferMark, OfferRead, OfferedRating, RatingChargeRow, RatingCharges,
     ReleaseRecord, SeriesRow, SeriesState, SeriesTick, Snapshot, UPDATE_OVERLAP_MS,
 };
-use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::topn::continual::{
     draw_node_noise, estimate, tick_node, Admissions, SeriesParams,
 };
 use crate::train::topn::references::{dp_popularity_ranker, popularity_model};
 use crate::train::{Guarantee, Ranker};
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use dprec_dp::ledger::{fits_with_rho, UserBudget};
 
 /// What one tick decides from the snapshot and the series' state (pure).
 #[derive(Debug, Clone, Default)]
@@ -305,7 +305,7 @@ impl Retrainer {
             .set_hold(&self.holder, &[p.user_event()])
             .await?;
         let (plan, items) = self.read_tick(&series, t, &mut clock).await?;
-        let mut rng = crate::rng::from_seed_or_os(self.config.seed);
+        let mut rng = dprec_dp::rng::from_seed_or_os(self.config.seed);
         let node = tick_node(t);
         // The node needs noise for every item this tick can count. A noise stored by a
         // crashed earlier attempt may predate items registered since: they get fresh
@@ -328,7 +328,7 @@ impl Retrainer {
             h().map_err(ReleaseError::Injected)?;
         }
         let mut noises = Vec::new();
-        for node in crate::privacy::tree::decomposition(t) {
+        for node in dprec_dp::privacy::tree::decomposition(t) {
             let n = self
                 .lane_writes
                 .node_noise(series.id, node)
@@ -356,7 +356,7 @@ impl Retrainer {
         clock.mark("tick record");
         super::wait_until_visible(committed.visible_at).await;
         log::info!("tick stages: {clock}");
-        self.publish(published, id, &rec, &crate::ledger::Plan::default());
+        self.publish(published, id, &rec, &dprec_dp::ledger::Plan::default());
         log::info!(
             "release {id}: tick {t} of {} in series {} ({} joined, {} ratings admitted)",
             p.horizon,
@@ -469,7 +469,7 @@ impl Retrainer {
                 eps_popularity: 0.0,
                 rho,
             }));
-        let user_charges: BTreeMap<String, Vec<crate::accountant::PrivacyEvent>> = plan
+        let user_charges: BTreeMap<String, Vec<dprec_dp::accountant::PrivacyEvent>> = plan
             .joined
             .iter()
             .map(|u| (u.to_string(), vec![p.user_event()]))

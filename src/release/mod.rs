@@ -13,10 +13,8 @@ pub mod steps;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::accountant::{LifetimePlan, PrivacyEvent};
 use crate::config::Settings;
 use crate::data::RatingScale;
-use crate::ledger::SharePolicy;
 use crate::metrics::Metrics;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
 use crate::store::{
@@ -25,6 +23,8 @@ use crate::store::{
 };
 use crate::train::topn::history::DpTotal;
 use crate::train::{Guarantee, ReleaseCharges, TrainError, Trainer};
+use dprec_dp::accountant::{LifetimePlan, PrivacyEvent};
+use dprec_dp::ledger::SharePolicy;
 use steps::{Admission, RecordInput, TrainingSet};
 
 /// Test-only hooks: failure injection points for the crash tests, and a noise seed.
@@ -681,7 +681,7 @@ impl Retrainer {
         &self,
         published: Published,
         rec: &crate::store::ReleaseRecord,
-        plan: &crate::ledger::Plan,
+        plan: &dprec_dp::ledger::Plan,
         shortfall: Option<InputShortfall>,
         force: bool,
     ) -> Result<Released, ReleaseError> {
@@ -762,7 +762,7 @@ impl Retrainer {
         mut published: Published,
         release_id: i64,
         rec: &crate::store::ReleaseRecord,
-        plan: &crate::ledger::Plan,
+        plan: &dprec_dp::ledger::Plan,
     ) {
         published.release_id = release_id;
         self.registry.publish(Arc::new(published));
@@ -945,7 +945,12 @@ mod tests {
     /// One release's DP total of a store of true total `truth` over `items` items: the
     /// real counts' noise (discrete Gaussian, rounded) drawn per item, as the release
     /// draws it (`dp_topn::counts_from_sums`, one unit per count).
-    fn drawn_total(truth: f64, items: usize, sigma: f64, rng: &mut crate::rng::DpRng) -> DpTotal {
+    fn drawn_total(
+        truth: f64,
+        items: usize,
+        sigma: f64,
+        rng: &mut dprec_dp::rng::DpRng,
+    ) -> DpTotal {
         let per_item = truth / items as f64;
         let sums = crate::train::topn::suffstats::CountSums {
             units: vec![per_item.round() as i64; items],
@@ -970,7 +975,7 @@ mod tests {
         assert!((20.0..21.0).contains(&counts_sd), "{counts_sd}");
         assert!((38.0..39.5).contains(&gram_sd), "{gram_sd}");
         let items = 1682;
-        let mut rng = crate::rng::seeded(44);
+        let mut rng = dprec_dp::rng::seeded(44);
         for (branch, new_sd) in [("counts", counts_sd), ("gram", gram_sd)] {
             let (mut old, mut now) = (0, 0);
             for _ in 0..1000 {

@@ -7,16 +7,16 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use super::{ReleaseConfig, ReleaseError};
-use crate::accountant::PrivacyEvent;
 use crate::data::{IdMap, Interactions, Ratings};
-use crate::ledger::{self, plan_inputs, Plan, PlanParams};
-use crate::rng::DpRng;
 use crate::serve::Popularity;
 use crate::store::{Before, Charge, RatingCharges, ReleaseRecord, Snapshot};
-use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::{
     dp_stats, units, FactorModel, Fitted, Guarantee, PerRating, ReleaseCharges, TrainData, Trainer,
 };
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use dprec_dp::ledger::{self, plan_inputs, Plan, PlanParams};
+use dprec_dp::rng::DpRng;
 
 /// Which ratings a release uses and whether it is private.
 pub struct Admission {
@@ -71,7 +71,7 @@ pub fn calibrate(
 
 /// Step 1: refuse trainers that may not be served, calibrate the release's costs to the
 /// lifetime plan, then plan the admission from the snapshot's budgets (pure; see
-/// [`crate::ledger::plan`]). A proven release with no rating admitted still runs (noise
+/// [`dprec_dp::ledger::plan`]). A proven release with no rating admitted still runs (noise
 /// only: no rating is charged; registered users with a live budget are charged its
 /// user-level event, as on every release); only a non-private one is skipped.
 pub fn admit(
@@ -463,7 +463,7 @@ pub async fn fit(
                     items: &set.item_ids,
                 }),
             };
-            let mut rng = crate::rng::from_seed_or_os(seed);
+            let mut rng = dprec_dp::rng::from_seed_or_os(seed);
             trainer.fit(&data, &mut rng).map(|f| (f, rng))
         }));
         (fit, set)
@@ -816,12 +816,12 @@ pub fn record(input: RecordInput<'_>) -> Result<ReleaseRecord, ReleaseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::{default_orders, LifetimePlan, RdpCurve};
     use crate::data::RatingScale;
-    use crate::ledger::{SharePolicy, UserBudget};
     use crate::store::RatingInput;
-    use crate::train::charges::{RatingCharge, RatingRho};
     use crate::train::{build, Params};
+    use dprec_dp::accountant::{default_orders, LifetimePlan, RdpCurve};
+    use dprec_dp::charges::{RatingCharge, RatingRho};
+    use dprec_dp::ledger::{SharePolicy, UserBudget};
 
     fn config(allow_rating_level: bool) -> ReleaseConfig {
         ReleaseConfig {

@@ -77,7 +77,7 @@ impl Store {
                 item: r.try_get(0)?,
                 eps: r.try_get(1)?,
                 // The rating's loss bound: pure spend plus the converted Gaussian part.
-                spent: crate::ledger::rating_loss(s.spent, s.rho),
+                spent: dprec_dp::ledger::rating_loss(s.spent, s.rho),
                 releases: s.releases,
                 deleted: deleted != 0,
                 origin: r.try_get(5)?,

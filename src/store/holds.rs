@@ -8,7 +8,7 @@
 //! snapshot the release writes the user-level events it will charge ([`Store::set_hold`]),
 //! and each of those three writes reads them first thing in its transaction and is
 //! refused (409) when the user's filter, which admitted the held events before the write,
-//! would not admit them after it ([`crate::ledger::keeps_hold`]). The refusal depends
+//! would not admit them after it ([`dprec_dp::ledger::keeps_hold`]). The refusal depends
 //! only on public values (the held events are calibrated from the configuration and the
 //! catalogue's size) and on the user's own state.
 //!
@@ -19,7 +19,7 @@
 use sqlx::Row;
 
 use super::{Backend, Store, StoreError, Tx};
-use crate::accountant::PrivacyEvent;
+use dprec_dp::accountant::PrivacyEvent;
 
 impl Store {
     /// Records that `holder`'s release will charge `events` to every user it admits.
@@ -65,7 +65,7 @@ impl Store {
     /// its users after changing its hold).
     pub async fn live_budgets(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, crate::ledger::UserBudget>, StoreError> {
+    ) -> Result<std::collections::BTreeMap<String, dprec_dp::ledger::UserBudget>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let budgets = super::snapshot::live_budgets(&mut tx).await?;
         tx.commit().await?;

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use super::{curve_json, parse_curve, NewRating, StoreError, Tx};
-use crate::accountant::PrivacyEvent;
-use crate::ledger::{charge_local, pure_events, LocalCharge, UserBudget};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::ledger::{charge_local, pure_events, LocalCharge, UserBudget};
 
 /// Rows per lookup of existing pairs (2 binds per row; small for the reason given at
 /// `ratings::UPSERT_CHUNK`).

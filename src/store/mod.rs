@@ -56,7 +56,7 @@ use anyhow::Context;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::AnyPool;
 
-use crate::accountant::RdpCurve;
+use dprec_dp::accountant::RdpCurve;
 
 pub type Tx = sqlx::Transaction<'static, sqlx::Any>;
 
@@ -150,7 +150,7 @@ pub enum StoreError {
     #[error("accounting user {user:?}: {source}")]
     Accounting {
         user: String,
-        source: crate::accountant::AccountantError,
+        source: dprec_dp::accountant::AccountantError,
     },
     /// The request conflicts with the stored state (e.g. an LDP rating for a pair that
     /// is already rated, or a user budget that cannot take an LDP charge).

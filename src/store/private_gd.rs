@@ -4,9 +4,9 @@
 use sqlx::Row;
 
 use super::{curve_json, now_ms, parse_curve, Defaults, Store, StoreError, Tx};
-use crate::accountant::PrivacyEvent;
 use crate::ldp::private_gd::Report;
-use crate::ledger::{charge_local, LocalCharge, UserBudget};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::ledger::{charge_local, LocalCharge, UserBudget};
 
 /// A stored round.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ pub struct RatingChargeRow {
     /// Pure eps the trainer charged.
     pub eps_train: f64,
     pub eps_popularity: f64,
-    /// Gaussian part the trainer charged (zCDP `rho`, [`crate::ledger::rating_loss`]).
+    /// Gaussian part the trainer charged (zCDP `rho`, [`dprec_dp::ledger::rating_loss`]).
     pub rho: f64,
 }
 

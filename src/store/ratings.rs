@@ -8,8 +8,8 @@ use super::{
     curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, SettingsWrite, Store,
     StoreCounts, StoreError, Tx, UserRow,
 };
-use crate::accountant::RdpCurve;
-use crate::ledger::UserBudget;
+use dprec_dp::accountant::RdpCurve;
+use dprec_dp::ledger::UserBudget;
 
 /// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 7 binds per row).
 /// Small on purpose: sqlx binds SQLite parameters by name, and each lookup scans the
@@ -89,7 +89,7 @@ impl Store {
     /// has not been charged (DESIGN 4): the update is refused, atomically with any release
     /// that charges the user, when it raises either value of a charged user. While a
     /// release is in flight, a budget that would not admit its held charge for a user it
-    /// may be charging is refused too ([`crate::ledger::keeps_hold`]), so a settings change
+    /// may be charging is refused too ([`dprec_dp::ledger::keeps_hold`]), so a settings change
     /// never makes a release fail (docs/LEDGER.md, "Releases in flight").
     pub async fn put_user_settings(
         &self,
@@ -122,13 +122,12 @@ impl Store {
                     delta: budget_delta.min(before.delta),
                     consumed: before.consumed.clone(),
                 };
-                let keeps =
-                    crate::ledger::keeps_hold(Some(&before), &after, &held).map_err(|source| {
-                        StoreError::Accounting {
-                            user: id.to_owned(),
-                            source,
-                        }
-                    })?;
+                let keeps = dprec_dp::ledger::keeps_hold(Some(&before), &after, &held).map_err(
+                    |source| StoreError::Accounting {
+                        user: id.to_owned(),
+                        source,
+                    },
+                )?;
                 if !keeps {
                     return Ok(SettingsWrite::Held);
                 }

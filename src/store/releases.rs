@@ -9,9 +9,9 @@ use sqlx::Row;
 use super::pending::{self, Pending, Spend, PENDING_SELECT};
 use super::rating_charges::{Before, RatingChargeRow, RatingCharges};
 use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
-use crate::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
-use crate::ledger::{gaussian_eps, user_cost};
-use crate::train::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
+use dprec_dp::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
+use dprec_dp::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
+use dprec_dp::ledger::{gaussian_eps, user_cost};
 
 const RELEASE_COLS: &str = "id, trainer, params, guarantee, mechanisms, popularity_eps, \
      n_ratings, n_users, n_items, job_id, created_at";

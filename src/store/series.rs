@@ -10,8 +10,8 @@ use std::sync::Arc;
 use sqlx::Row;
 
 use super::{now_ms, Backend, OfferMark, Store, StoreError};
-use crate::privacy::tree::Node;
 use crate::train::topn::continual::SeriesParams;
+use dprec_dp::privacy::tree::Node;
 
 /// A series as stored.
 #[derive(Debug, Clone, PartialEq)]

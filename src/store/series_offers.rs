@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::pending::Spend;
 use super::{now_ms, Backend, Store, StoreError};
-use crate::ledger::UserBudget;
+use dprec_dp::ledger::UserBudget;
 
 /// How far a tick reaches: ratings with ids up to `id` were all committed when it read
 /// (`Store::offer_mark`), at time `at` (ms).

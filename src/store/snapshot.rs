@@ -17,7 +17,7 @@ use sqlx::Row;
 
 use super::pending::{Pending, PendingSet, Spend, PENDING_SELECT};
 use super::{Backend, Store, StoreError};
-use crate::ledger::{PlanInput, UserBudget};
+use dprec_dp::ledger::{PlanInput, UserBudget};
 
 /// One live rating: 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,7 +37,7 @@ pub struct RatingRow {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RatingState {
     pub eps: f64,
-    /// Pure spend ([`crate::ledger::rating_loss`]).
+    /// Pure spend ([`dprec_dp::ledger::rating_loss`]).
     pub spent: f64,
     /// Gaussian part of the rating's loss (zCDP).
     pub rho: f64,
@@ -144,7 +144,7 @@ impl Snapshot {
         self.ratings.iter().map(|r| self.resolve(r))
     }
 
-    /// The planner's view of every rating, in id order ([`crate::ledger::plan_inputs`]).
+    /// The planner's view of every rating, in id order ([`dprec_dp::ledger::plan_inputs`]).
     pub fn plan_inputs(&self) -> impl Iterator<Item = PlanInput<'_>> + '_ {
         self.ratings.iter().map(|r| {
             let s = &self.states[r.state as usize];

@@ -2,7 +2,7 @@
 //!
 //! These numbers are published as they are (the mean enters every prediction, the counts
 //! drive the popularity fallback and noise-aware shrinkage), so they use the exact integer
-//! samplers of [`crate::privacy::discrete`], not floating-point noise (Mironov 2012).
+//! samplers of [`dprec_dp::privacy::discrete`], not floating-point noise (Mironov 2012).
 //!
 //! Claims, unit = one rating, neighbour = add/remove:
 //! - global mean: the count (sensitivity 1) and the sum of `(r - r_min) / step` (sensitivity
@@ -16,10 +16,10 @@
 
 use rand::Rng;
 
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges};
 use super::TrainError;
 use crate::data::{RatingScale, Ratings};
-use crate::privacy::discrete::{release_count, release_steps};
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges};
+use dprec_dp::privacy::discrete::{release_count, release_steps};
 
 /// Charges `eps` to every rating in `ratings` and a pure-DP event of `eps` to every user
 /// who has one, for a mechanism in which each rating's influence is bounded as stated.
@@ -107,7 +107,7 @@ fn noisy_counts<R: Rng + ?Sized>(
     counts: &[u64],
     eps: f64,
     rng: &mut R,
-) -> Result<Vec<i64>, crate::privacy::PrivacyError> {
+) -> Result<Vec<i64>, dprec_dp::privacy::PrivacyError> {
     counts.iter().map(|&c| release_count(c, eps, rng)).collect()
 }
 
@@ -146,7 +146,7 @@ pub fn dp_popularity<R: Rng + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::PrivacyEvent;
+    use dprec_dp::accountant::PrivacyEvent;
 
     fn data() -> Ratings {
         let mut r = Ratings::default();
@@ -161,7 +161,7 @@ mod tests {
         let r = data();
         let truth = r.mean();
         let err = |eps: f64| {
-            let mut rng = crate::rng::seeded(1);
+            let mut rng = dprec_dp::rng::seeded(1);
             (0..200)
                 .map(|_| {
                     (dp_global_mean(&r, RatingScale::ONE_TO_FIVE, eps, &mut rng)
@@ -186,7 +186,7 @@ mod tests {
             &r,
             RatingScale::ONE_TO_FIVE,
             0.2,
-            &mut crate::rng::seeded(2),
+            &mut dprec_dp::rng::seeded(2),
         )
         .unwrap();
         assert_eq!(c.ratings.len(), r.len());
@@ -209,7 +209,8 @@ mod tests {
         r.push(1, 1, 5.0);
         r.push(2, 2, 1.0);
         let counted = [true, true, false, false];
-        let (noisy, c) = dp_popularity(&r, 4, &counted, 0.3, &mut crate::rng::seeded(5)).unwrap();
+        let (noisy, c) =
+            dp_popularity(&r, 4, &counted, 0.3, &mut dprec_dp::rng::seeded(5)).unwrap();
         assert_eq!(noisy.len(), 4);
         assert_eq!(
             c.ratings,
@@ -239,7 +240,7 @@ mod tests {
         // 4000 counts of 100; discrete Laplace of scale 1/eps has variance
         // 2 e^{-eps} / (1 - e^{-eps})^2.
         let eps = 0.5f64;
-        let noisy = noisy_counts(&[100; 4000], eps, &mut crate::rng::seeded(4)).unwrap();
+        let noisy = noisy_counts(&[100; 4000], eps, &mut dprec_dp::rng::seeded(4)).unwrap();
         let var = noisy
             .iter()
             .map(|&c| (c as f64 - 100.0).powi(2))
@@ -270,7 +271,7 @@ mod tests {
             2.0 * q / (1.0 - q).powi(2)
         };
         let want = (dl_var(4.0 / (eps / 2.0)) + m * m * dl_var(1.0 / (eps / 2.0))) / (n * n);
-        let mut rng = crate::rng::seeded(9);
+        let mut rng = dprec_dp::rng::seeded(9);
         let reps = 8000;
         let var = (0..reps)
             .map(|_| {

@@ -14,7 +14,6 @@ pub mod topn;
 
 // What every family shares: charges, DP statistics, the model, parameters, the ranking
 // interface and the two units.
-pub mod charges;
 pub mod dp_stats;
 pub mod model;
 pub mod params;
@@ -27,14 +26,14 @@ use nonprivate::{als, baseline, sgd};
 use predictors::{dp_alt, gaussian_mf, objpert};
 use topn::{dp_topn, references};
 
-pub use charges::{Guarantee, ReleaseCharges};
+pub use dprec_dp::charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
 pub use per_rating::PerRating;
 pub use ranker::{Ranker, StoredRanker};
 
 use crate::data::{Interactions, RatingScale, Ratings};
-use crate::rng::DpRng;
+use dprec_dp::rng::DpRng;
 
 /// A refused trainer parameter: which key, and why (every trainer's `from_params`).
 pub(crate) fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
@@ -68,10 +67,10 @@ pub enum TrainError {
     Numerical(String),
     /// A noise mechanism refused its parameters.
     #[error(transparent)]
-    Privacy(#[from] crate::privacy::PrivacyError),
+    Privacy(#[from] dprec_dp::privacy::PrivacyError),
     /// The accountant refused an event, a curve or a conversion.
     #[error(transparent)]
-    Accounting(#[from] crate::accountant::AccountantError),
+    Accounting(#[from] dprec_dp::accountant::AccountantError),
     /// The Private-GD protocol refused its state or a report.
     #[error(transparent)]
     Protocol(#[from] crate::ldp::private_gd::ProtocolError),
@@ -95,7 +94,7 @@ pub struct TrainData<'a> {
     /// Preferences are public metadata (DESIGN 2.7).
     pub budgets: Option<PerRating<'a>>,
     /// Per rating (aligned with `ratings`): the Gaussian part of its loss so far (zCDP
-    /// `rho`, [`crate::ledger::rating_loss`]); `None`: 0 for every rating.
+    /// `rho`, [`dprec_dp::ledger::rating_loss`]); `None`: 0 for every rating.
     pub rating_rho: Option<PerRating<'a>>,
     /// The last published DP model, if any. Its release was charged already, so its
     /// factors are public inputs (post-processing), e.g. the public V of a user step.
@@ -192,14 +191,14 @@ pub trait Trainer: Send + Sync {
     /// The RDP event each participating user will be charged by one release, known before
     /// training so the curator can leave out users whose Renyi filter would not admit it.
     /// `None` when the trainer charges no per-user RDP.
-    fn planned_user_event(&self) -> Option<crate::accountant::PrivacyEvent> {
+    fn planned_user_event(&self) -> Option<dprec_dp::accountant::PrivacyEvent> {
         None
     }
     /// User level (DESIGN 3, issue 8 finding 6): the RDP event one release costs ANY user
     /// with at most `max_ratings` ratings (all of the user's ratings added or removed), a
     /// constant known before data. `None`: the trainer states no user-level bound (the
     /// service refuses to serve a proven trainer without one).
-    fn user_level_event(&self, max_ratings: u64) -> Option<crate::accountant::PrivacyEvent> {
+    fn user_level_event(&self, max_ratings: u64) -> Option<dprec_dp::accountant::PrivacyEvent> {
         let _ = max_ratings;
         None
     }
@@ -366,7 +365,12 @@ mod tests {
     /// and that test exists in the code.
     #[test]
     fn every_proven_trainer_names_its_proof() {
-        let code = format!("{}{}", sources("src"), sources("tests"));
+        let code = format!(
+            "{}{}{}",
+            sources("src"),
+            sources("crates"),
+            sources("tests")
+        );
         for e in TRAINERS {
             let t = (e.build)(&Params::new()).unwrap();
             assert_eq!(t.name(), e.name);

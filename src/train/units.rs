@@ -22,10 +22,10 @@
 //! popularity eps are scaled down by one common factor until `T` planned releases
 //! (default 52) of that cost fit the default user budget (eps_u, delta_u).
 //!
-//! [`ReleaseCharges`]: super::charges::ReleaseCharges
+//! [`ReleaseCharges`]: dprec_dp::charges::ReleaseCharges
 
 use super::Trainer;
-use crate::accountant::{
+use dprec_dp::accountant::{
     default_orders, plan::calibrate_noise, LifetimePlan, PrivacyEvent, RdpCurve,
 };
 
@@ -87,7 +87,7 @@ pub fn calibrate_release(
         1.0
     } else {
         calibrate_noise(plan, 1.0, 1e12, |x| {
-            curve_at(x).map_err(crate::accountant::AccountantError::InvalidCurve)
+            curve_at(x).map_err(dprec_dp::accountant::AccountantError::InvalidCurve)
         })
         .map_err(|e| format!("no noise level fits the plan: {e}"))?
     };

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use dprec::config::ReleaseMode;
-use dprec::privacy::tree::{decomposition, Node};
 use dprec::retrain::Hooks;
 use dprec::serve::Popularity;
+use dprec_dp::privacy::tree::{decomposition, Node};
 
 use crate::api::helpers::*;
 use crate::both_backends;
@@ -115,7 +115,7 @@ async fn ticks_charge_levels_once(url: &str) {
         "{charged:?}"
     );
     // Each counted rating carries the series' rating charge: its Gaussian rho, once.
-    let want_loss = dprec::ledger::gaussian_eps(s.params.rating_rho());
+    let want_loss = dprec_dp::ledger::gaussian_eps(s.params.rating_rho());
     for x in charged.iter().filter(|&&x| x > 0.0) {
         assert!((x - want_loss).abs() < 1e-9, "{x} vs {want_loss}");
     }
@@ -537,7 +537,7 @@ async fn a_killed_tick_reuses_its_node_noise(url: &str) {
     let u20 = store.user("u20").await.unwrap().unwrap();
     assert_eq!(
         u20.consumed,
-        dprec::accountant::RdpCurve::zeros_default(),
+        dprec_dp::accountant::RdpCurve::zeros_default(),
         "the killed tick charged a joiner"
     );
 
@@ -570,7 +570,7 @@ async fn a_killed_tick_reuses_its_node_noise(url: &str) {
     }
     assert_ne!(
         store.user("u20").await.unwrap().unwrap().consumed,
-        dprec::accountant::RdpCurve::zeros_default()
+        dprec_dp::accountant::RdpCurve::zeros_default()
     );
     store.close().await;
 }

@@ -141,7 +141,7 @@ async fn release_digests(trainer: &str, input: &Input) -> BTreeMap<String, Strin
     parts.insert(
         "release",
         json!({
-            "trainer": r.trainer, "guarantee": serde_json::to_value(&r.guarantee).unwrap(),
+            "trainer": r.trainer, "guarantee": serde_json::to_value(r.guarantee).unwrap(),
             "mechanisms": r.mechanisms, "popularity_eps": r.popularity_eps,
             "sizes": [r.n_ratings, r.n_users, r.n_items],
         }),

@@ -5,12 +5,12 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use dprec::accountant::PrivacyEvent;
-use dprec::rng::DpRng;
-use dprec::train::charges::{
+use dprec::train::{FactorModel, Fitted, Guarantee, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges, UserCharge,
 };
-use dprec::train::{FactorModel, Fitted, Guarantee, TrainData, TrainError, Trainer};
+use dprec_dp::rng::DpRng;
 
 pub const OK: u8 = 0;
 pub const PANIC: u8 = 1;

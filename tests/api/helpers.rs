@@ -189,7 +189,7 @@ pub fn settings(url: &str) -> Settings {
     // The ledger tests were written for small eps_ij (exhaustion within a few releases).
     s.budget.default_rating_eps = 1.0;
     s.budget.max_rating_eps = 10.0;
-    s.budget.share = dprec::ledger::SharePolicy::Fraction(0.4);
+    s.budget.share = dprec_dp::ledger::SharePolicy::Fraction(0.4);
     s.budget.popularity_eps = 0.01;
     // Releases visible at their commit (the public deadline has its own test).
     s.release.publish_delay_secs = 0;

@@ -8,12 +8,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use dprec::accountant::PrivacyEvent;
 use dprec::data::RatingScale;
 use dprec::ldp::private_gd::{client_report, PublishedRound};
 use dprec::ldp::RatingPerturber;
-use dprec::ledger::UserBudget;
 use dprec::retrain::Hooks;
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::ledger::UserBudget;
 use serde_json::{json, Value};
 use sqlx::Row;
 
@@ -235,7 +235,7 @@ async fn ldp_ratings_never_cancel_a_release(url: &str) {
     let rating = |item: &str, eps: f64| {
         let p = RatingPerturber::new(eps, scale).unwrap();
         let r = p
-            .perturb("u3", item, 4.0, &mut dprec::rng::seeded(3))
+            .perturb("u3", item, 4.0, &mut dprec_dp::rng::seeded(3))
             .unwrap();
         json!({"ratings": [serde_json::to_value(r).unwrap()]})
     };
@@ -293,7 +293,7 @@ async fn private_gd_reports_never_cancel_a_release(url: &str) {
     let report = |user: &str| {
         let state = round.state().unwrap();
         let mine = round.ratings_by_index(&[("i0", 4.0)]);
-        let r = client_report(&state, &mine, &mut dprec::rng::seeded(5)).unwrap();
+        let r = client_report(&state, &mine, &mut dprec_dp::rng::seeded(5)).unwrap();
         json!({"user": user, "round": r.round, "rows": r.rows, "rank": r.rank,
                "row": r.row, "col": r.col, "bit": r.bit})
     };

@@ -15,7 +15,7 @@ use crate::both_backends;
 /// Perturbed ratings in their JSON form, produced by the client library.
 fn perturbed(user: &str, items: &[(&str, f64)], eps: f64, seed: u64) -> Vec<Value> {
     let p = RatingPerturber::new(eps, RatingScale::new(1.0, 5.0, 0.5).unwrap()).unwrap();
-    let mut rng = dprec::rng::seeded(seed);
+    let mut rng = dprec_dp::rng::seeded(seed);
     items
         .iter()
         .map(|(item, v)| {

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dprec::accountant::PrivacyEvent;
 use dprec::retrain::Hooks;
-use dprec::rng::DpRng;
 use dprec::store::Store;
 use dprec::train::{Fitted, Guarantee, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::rng::DpRng;
 
 use crate::api::fake::FakeDp;
 use crate::api::helpers::*;

@@ -13,14 +13,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dprec::accountant::{PrivacyEvent, RenyiFilter};
 use dprec::release::Hooks;
 use dprec::store::Store;
 use dprec::store::{
     commit_release as commit, CommitError, CommitPoint, RatingChargeRow, RatingCharges,
     ReleaseRecord,
 };
-use dprec::train::charges::{Guarantee, Neighbour, PrivacyUnit};
+use dprec_dp::accountant::{PrivacyEvent, RenyiFilter};
+use dprec_dp::charges::{Guarantee, Neighbour, PrivacyUnit};
 use serde_json::json;
 use sqlx::Row;
 
@@ -60,13 +60,13 @@ pub async fn assert_ledger_invariants(store: &Store) {
         let (id, eps, delta, curve): (String, f64, f64, String) =
             (r.get(0), r.get(1), r.get(2), r.get(3));
         // '' is how the store writes a new user's zero curve.
-        let consumed: dprec::accountant::RdpCurve = if curve.is_empty() {
-            dprec::accountant::RdpCurve::zeros_default()
+        let consumed: dprec_dp::accountant::RdpCurve = if curve.is_empty() {
+            dprec_dp::accountant::RdpCurve::zeros_default()
         } else {
             serde_json::from_str(&curve).unwrap()
         };
         let f = RenyiFilter::with_default_orders(eps, delta).unwrap();
-        let zero = dprec::accountant::RdpCurve::zeros_default();
+        let zero = dprec_dp::accountant::RdpCurve::zeros_default();
         assert!(
             f.admits(&consumed, &zero).unwrap(),
             "user {id}: consumed RDP exceeds the filter at every order"
@@ -217,7 +217,7 @@ both_backends!(spend_never_exceeds_eps);
 async fn user_filter_is_never_exceeded(url: &str) {
     let (t, _) = FakeDp::gaussian(10.0);
     let mut s = settings(url);
-    s.budget.share = dprec::ledger::SharePolicy::Split(20);
+    s.budget.share = dprec_dp::ledger::SharePolicy::Split(20);
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     ingest_grid(&app, 3, 5, 1.0).await;
     let (st, _) = app
@@ -618,7 +618,7 @@ both_backends!(a_commit_rechecks_planned_states_while_the_ledger_is_untouched);
 async fn lazy_spends_agree_in_every_reader(url: &str) {
     let (t, _) = FakeDp::gaussian(500.0);
     let mut s = settings(url);
-    s.budget.share = dprec::ledger::SharePolicy::Split(40);
+    s.budget.share = dprec_dp::ledger::SharePolicy::Split(40);
     let app = TestApp::spawn(s, t, Hooks::default()).await;
     ingest_grid(&app, 12, 5, 1.0).await;
     for _ in 0..20 {

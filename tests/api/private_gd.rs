@@ -4,7 +4,7 @@
 
 use dprec::ldp::private_gd::{client_report, PublishedRound};
 use dprec::retrain::Hooks;
-use dprec::rng::seeded;
+use dprec_dp::rng::seeded;
 use serde_json::{json, Value};
 
 use crate::api::fake::FakeDp;

@@ -129,7 +129,7 @@ both_backends!(snapshot_matches_a_plain_read);
 /// Users' consumed curves are read exactly, one parsed curve shared by the users whose
 /// stored curves are the same text (the snapshot's users and `user_budgets` alike).
 async fn users_with_the_same_curve_share_it(url: &str) {
-    use dprec::accountant::{default_orders, RdpCurve};
+    use dprec_dp::accountant::{default_orders, RdpCurve};
     let store = Store::connect(url, 4).await.unwrap();
     store.register_items(&["i".to_string()]).await.unwrap();
     let batch: Vec<NewRating> = (0..12)

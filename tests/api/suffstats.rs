@@ -195,7 +195,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
         items: &l.items,
     });
     // The key the release below draws first from its generator (seeded 9).
-    let key = SubsetKey::draw(&mut dprec::rng::split(&mut dprec::rng::seeded(9)));
+    let key = SubsetKey::draw(&mut dprec_dp::rng::split(&mut dprec_dp::rng::seeded(9)));
     let sample = sample_ratings(
         &data,
         dprec::train::PerRating::Same {
@@ -236,7 +236,7 @@ async fn shard_and_database_sums_equal_the_in_process_sums(url: &str) {
     }
     let t = trainer();
     let release_with = |source: Option<&dyn StatsSource>| {
-        let mut rng = dprec::rng::seeded(9);
+        let mut rng = dprec_dp::rng::seeded(9);
         match source {
             None => t.release(&data, &mut rng).unwrap(),
             Some(s) => t.release_with_source(&data, s, &mut rng).unwrap(),

@@ -190,7 +190,7 @@ async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
         .as_f64()
         .unwrap();
     let rho = 1.0 / (2.0 * z_r * z_r);
-    let one = dprec::ledger::gaussian_eps(rho);
+    let one = dprec_dp::ledger::gaussian_eps(rho);
     assert!(one < 25.0, "the first release is affordable: {one}");
     let audit = app.audit("user001", "").await;
     assert!(audit
@@ -199,7 +199,7 @@ async fn ratings_compose_their_gaussian_part_across_releases(url: &str) {
         .iter()
         .all(|r| r.releases == 1 && (r.spent - one).abs() < 1e-9 * one));
     assert_eq!(app.retrain().await.status, "succeeded");
-    let two = dprec::ledger::gaussian_eps(2.0 * rho);
+    let two = dprec_dp::ledger::gaussian_eps(2.0 * rho);
     let audit = app.audit("user001", "").await;
     for r in &audit.ratings.entries {
         assert_eq!(r.releases, 2, "{r:?}");
@@ -221,7 +221,7 @@ async fn lists_hold_n_items_whatever_the_candidates(url: &str) {
     s.trainer.name = "dp-topn".into();
     s.trainer.params.clear();
     let app = TestApp::try_spawn(s, None, Hooks::default()).await.unwrap();
-    let mut rng = dprec::rng::seeded(20);
+    let mut rng = dprec_dp::rng::seeded(20);
     let items: Vec<String> = (0..100).map(|j| format!("i{j:03}")).collect();
     let mut own: Vec<(String, Vec<String>)> = Vec::new();
     for u in 0..200 {

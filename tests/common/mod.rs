@@ -74,7 +74,7 @@ pub fn low_rank_with_truth(
     density: f64,
     seed: u64,
 ) -> LowRankTruth {
-    let mut rng = dprec::rng::seeded(seed);
+    let mut rng = dprec_dp::rng::seeded(seed);
     let n = Normal::new(0.0, 1.0).unwrap();
     let f = (0.8 / (rank as f64).sqrt()).sqrt();
     let p: Vec<Vec<f64>> = (0..n_users)
@@ -146,4 +146,4 @@ pub fn var_ok(var: f64, want: f64, n: usize) -> bool {
 
 // Not every test binary uses every helper.
 #[allow(unused_imports)]
-pub use dprec::privacy::stats::{freq_tolerance, gamma_int_cdf, ks_critical, ks_statistic};
+pub use dprec_dp::privacy::stats::{freq_tolerance, gamma_int_cdf, ks_critical, ks_statistic};

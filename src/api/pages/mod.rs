@@ -28,9 +28,9 @@ use self::links::LinkScope;
 use super::auth::{AdminKey, Grant, Keys, ReaderKey};
 use super::users::{build_audit, AuditPages, RatingOrder, RatingSort};
 use super::{optional_json_body, parse_offset, path_id, ApiError, AppState};
-use crate::accountant::{PrivacyEvent, RenyiFilter};
 use crate::config::Role;
 use crate::store::now_ms;
+use dprec_dp::accountant::{PrivacyEvent, RenyiFilter};
 
 /// Ratings per page of the receipt, unless `limit` says otherwise.
 pub const RATINGS_PER_PAGE: i64 = 50;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::html::{bar_chart, esc, name_of, num, page, query, time};
 use crate::api::admin::Job;
 use crate::api::models::Release;
-use crate::ledger::UserBudget;
+use dprec_dp::ledger::UserBudget;
 
 /// Everything the overview shows.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ pub fn budget_left<'a>(users: impl IntoIterator<Item = &'a UserBudget>) -> Budge
     };
     for u in users {
         b.users += 1;
-        let Ok(f) = crate::accountant::RenyiFilter::with_default_orders(u.eps, u.delta) else {
+        let Ok(f) = dprec_dp::accountant::RenyiFilter::with_default_orders(u.eps, u.delta) else {
             continue;
         };
         let used = f.filter_eps(&u.consumed).unwrap_or(f64::INFINITY);
@@ -300,12 +300,12 @@ fn eval_section(eval: Option<&Result<EvalFigures, String>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::{compose_events, PrivacyEvent, RdpCurve};
+    use dprec_dp::accountant::{compose_events, PrivacyEvent, RdpCurve};
 
     #[test]
     fn users_are_binned_by_the_share_left() {
         let zero = RdpCurve::zeros_default();
-        let f = crate::accountant::RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
+        let f = dprec_dp::accountant::RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
         let heavy = compose_events(&[PrivacyEvent::gaussian(0.2, 1).unwrap()], f.orders()).unwrap();
         let users = [
             UserBudget {

@@ -3,8 +3,8 @@
 //! release. Pure: no I/O, so `cargo test --lib pages::receipt` checks the HTML.
 
 use super::html::{budget_bar, esc, line_chart, name_of, num, page, query, time, url_part};
-use crate::accountant::{compose_events, eps_from_rdp, PrivacyEvent, RdpCurve, RenyiFilter};
 use crate::api::users::{Audit, RatingOrder, RatingSort, ReleaseChargeView};
+use dprec_dp::accountant::{compose_events, eps_from_rdp, PrivacyEvent, RdpCurve, RenyiFilter};
 
 /// Decimals of the eps figures on the page (the browser check compares at this precision).
 pub const EPS_DIGITS: usize = 3;
@@ -33,7 +33,7 @@ pub struct ReceiptView {
 pub fn spend_history(
     filter: &RenyiFilter,
     releases: &[(i64, Vec<PrivacyEvent>)],
-) -> Result<Vec<(Option<i64>, f64)>, crate::accountant::AccountantError> {
+) -> Result<Vec<(Option<i64>, f64)>, dprec_dp::accountant::AccountantError> {
     let mut acc = RdpCurve::zeros(filter.orders().to_vec())?;
     let mut out = vec![(None, filter.filter_eps(&acc)?)];
     for (id, events) in releases.iter().rev() {
@@ -330,7 +330,7 @@ fn describe_event(e: &PrivacyEvent) -> String {
 /// A release's cost to the user alone, as (eps, delta_u), from its charged events.
 fn release_eps(r: &ReleaseChargeView, delta: f64) -> Option<f64> {
     let events: Vec<PrivacyEvent> = serde_json::from_value(r.events.clone()).ok()?;
-    let curve = compose_events(&events, &crate::accountant::default_orders()).ok()?;
+    let curve = compose_events(&events, &dprec_dp::accountant::default_orders()).ok()?;
     eps_from_rdp(&curve, delta).ok().map(|g| g.eps)
 }
 

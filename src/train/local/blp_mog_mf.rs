@@ -36,15 +36,15 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 use serde_json::json;
 
-use crate::accountant::PrivacyEvent;
 use crate::data::{Compressed, Interactions, RatingScale, Ratings};
 use crate::ldp::RatingPerturber;
 use crate::numerics::linalg::cholesky_solve;
-use crate::rng::DpRng;
-use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
 use crate::train::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
+use dprec_dp::rng::DpRng;
 
 /// The client perturbation played by the trainer in evaluation (`eps` set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +155,7 @@ pub fn simulate_clients(
         Simulated::ClampedLaplace => {
             let b = scale.width() / eps;
             for v in out.values.iter_mut() {
-                let y = *v as f64 + crate::privacy::laplace(b, rng)?;
+                let y = *v as f64 + dprec_dp::privacy::laplace(b, rng)?;
                 *v = scale.clamp(y) as f32;
             }
         }
@@ -527,7 +527,7 @@ impl Trainer for BlpMogMf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::seeded;
+    use dprec_dp::rng::seeded;
 
     /// Low-rank ratings on 1..5 with a few users and items.
     fn low_rank(n_users: usize, n_items: usize, seed: u64) -> Ratings {
@@ -674,7 +674,8 @@ mod tests {
                 (0..n)
                     .map(|k| {
                         let y = s.min + (k as f64 + 0.5) * h;
-                        y * crate::privacy::bounded_laplace_density(y, x, b, s.min, s.max).unwrap()
+                        y * dprec_dp::privacy::bounded_laplace_density(y, x, b, s.min, s.max)
+                            .unwrap()
                             * h
                     })
                     .sum::<f64>()

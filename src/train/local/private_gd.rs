@@ -14,17 +14,17 @@
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use crate::accountant::PrivacyEvent;
 use crate::data::Interactions;
 use crate::ldp::private_gd::{
     local_profile, next_state, report_with_profile, Aggregator, ClientSettings, LocalProfile,
     ProjectionSpec, Recovery, RoundState, Schedule,
 };
-use crate::rng::DpRng;
-use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
 use crate::train::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, UserCharge};
+use dprec_dp::rng::DpRng;
 
 /// Users per parallel task of the simulator.
 const CHUNK_USERS: usize = 512;
@@ -279,7 +279,7 @@ impl Trainer for PrivateGd {
 mod tests {
     use super::*;
     use crate::data::{RatingScale, Ratings};
-    use crate::rng::seeded;
+    use dprec_dp::rng::seeded;
 
     fn small_data() -> Ratings {
         let mut r = Ratings::default();

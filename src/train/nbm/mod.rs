@@ -37,14 +37,14 @@ use rand::seq::SliceRandom;
 
 use self::model::{NbmModel, NO_ANCHOR};
 use self::sgd::{LoopConfig, LoopStats, Update};
-use super::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
 use super::predictors::gaussian_mf::calibrate_decreasing;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
-use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
-use crate::privacy::sampling::{sample_in, sampling_charge};
-use crate::rng::DpRng;
 use crate::train::invalid;
 use crate::train::PerRating;
+use dprec_dp::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
+use dprec_dp::privacy::sampling::{sample_in, sampling_charge};
+use dprec_dp::rng::DpRng;
 
 /// The proof page of both private trainers.
 pub const PROOF_DOC: &str = "docs/privacy/nbm.md";
@@ -566,8 +566,8 @@ impl super::Trainer for Nbm {
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
-    use crate::privacy::stats::{freq_tolerance, ks_critical, ks_statistic, normal_cdf};
     use crate::train::{Ranker, Trainer};
+    use dprec_dp::privacy::stats::{freq_tolerance, ks_critical, ks_statistic, normal_cdf};
 
     /// `n_users` users rating items `0..rated` (item index < `n_items`) with values that
     /// depend on user and item, so the model has something to learn.
@@ -602,7 +602,7 @@ mod tests {
         let te = t.rating_eps().unwrap();
         assert!(te <= 2.0 && te > 2.0 * (1.0 - 1e-6), "{te}");
         assert!(t.user_eps().unwrap() < te);
-        let (_, charges, stats) = t.fit_model(&d, &mut crate::rng::seeded(3)).unwrap();
+        let (_, charges, stats) = t.fit_model(&d, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert_eq!(stats.steps_run, 5);
         let user_event = PrivacyEvent::poisson_subsampled_gaussian(0.5, t.z, 5).unwrap();
         let want = PrivacyEvent::replace_one(user_event.clone()).unwrap();
@@ -619,12 +619,12 @@ mod tests {
         assert_eq!(charges.mechanisms[1].unit, PrivacyUnit::Rating);
         // The non-private counterpart charges nothing and claims nothing.
         let np = trainer(Method::NonPrivate, &["steps=5", "q=0.5"]);
-        let f = np.fit(&d, &mut crate::rng::seeded(3)).unwrap();
+        let f = np.fit(&d, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert!(f.charges.is_empty());
         assert_eq!(f.guarantee, Guarantee::NonPrivate);
         // dpps reports the paper's 4B figure without charging it.
         let ps = trainer(Method::DpPs, &["steps=4", "q=0.5", "sigma=3", "m=10"]);
-        let (_, c, s) = ps.fit_model(&d, &mut crate::rng::seeded(3)).unwrap();
+        let (_, c, s) = ps.fit_model(&d, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert_eq!(s.steps_run, 4);
         assert_eq!(
             c.mechanisms[0].params["paper_claim_eps_not_charged"],
@@ -658,7 +658,7 @@ mod tests {
                 "lambda=0",
             ],
         );
-        let (model, _, _) = t.fit_model(&d, &mut crate::rng::seeded(11)).unwrap();
+        let (model, _, _) = t.fit_model(&d, &mut dprec_dp::rng::seeded(11)).unwrap();
         let xs: Vec<f64> = model.sim[6 * 200..]
             .iter()
             .map(|s| (s - t.s0) / -lr)
@@ -688,7 +688,7 @@ mod tests {
             &users,
             100,
             t,
-            &mut crate::rng::seeded(5),
+            &mut dprec_dp::rng::seeded(5),
         )
         .unwrap();
         // User u's ratings all have k % 4 == u % 4: users with only budget-0 ratings
@@ -711,7 +711,7 @@ mod tests {
         assert!((frac - 0.3).abs() < freq_tolerance(0.3, n / 2), "{frac}");
         // No budgets: every rating kept and charged t.
         let (kept, charges, _) =
-            select_ratings(None, &users[..10], 100, t, &mut crate::rng::seeded(5)).unwrap();
+            select_ratings(None, &users[..10], 100, t, &mut dprec_dp::rng::seeded(5)).unwrap();
         assert!(kept.iter().all(|&k| k) && charges.iter().all(|c| c.eps == t));
     }
 
@@ -721,13 +721,13 @@ mod tests {
         let m = Interactions::new(&r);
         let d = TrainData::new(&r, &m, scale());
         let kept = vec![true; r.len()];
-        let lists = capped_user_lists(&d, &kept, 7, &mut crate::rng::seeded(2));
+        let lists = capped_user_lists(&d, &kept, 7, &mut dprec_dp::rng::seeded(2));
         for (u, own) in lists.iter().enumerate() {
             assert_eq!(own.len(), 7);
             let (items, _) = m.by_user.row(u);
             assert!(own.iter().all(|(j, _)| items.contains(&(*j as u32))));
         }
-        let lists = capped_user_lists(&d, &kept, 1000, &mut crate::rng::seeded(2));
+        let lists = capped_user_lists(&d, &kept, 1000, &mut dprec_dp::rng::seeded(2));
         assert_eq!(lists[0].len(), m.by_user.row_len(0));
     }
 
@@ -742,8 +742,8 @@ mod tests {
         let m = Interactions::new(&r);
         let d = TrainData::new(&r, &m, scale());
         let t = trainer(Method::DpSgd, &["steps=20", "q=0.3", "eps=5"]);
-        let f = t.fit(&d, &mut crate::rng::seeded(9)).unwrap();
-        let (model, _, _) = t.fit_model(&d, &mut crate::rng::seeded(9)).unwrap();
+        let f = t.fit(&d, &mut dprec_dp::rng::seeded(9)).unwrap();
+        let (model, _, _) = t.fit_model(&d, &mut dprec_dp::rng::seeded(9)).unwrap();
         assert_eq!(f.ranker.as_ref().unwrap().n_items(), 30);
         for u in [0usize, 7, 21] {
             let (items, values) = m.by_user.row(u);

@@ -13,7 +13,7 @@ use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
 use super::model::NbmModel;
-use crate::rng::DpRng;
+use dprec_dp::rng::DpRng;
 
 /// One user's gradient, sparse.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -308,7 +308,7 @@ mod tests {
     use super::super::model::NO_ANCHOR;
     use super::*;
     use crate::data::RatingScale;
-    use crate::privacy::stats::{ks_critical, ks_statistic, normal_cdf};
+    use dprec_dp::privacy::stats::{ks_critical, ks_statistic, normal_cdf};
 
     fn model(n: usize, s0: f64) -> NbmModel {
         NbmModel {
@@ -404,7 +404,7 @@ mod tests {
     fn noise_scale_is_z_times_clip() {
         let (z, c) = (1.3, 0.8);
         let mut g = DenseGrad::zeros(199, 200); // 1 + 199 + 39 800 = 40 000 coordinates
-        let mut rng = crate::rng::seeded(7);
+        let mut rng = dprec_dp::rng::seeded(7);
         g.add_noise(z * c, &mut rng);
         let mut xs = vec![g.mu];
         xs.extend(&g.bias);
@@ -450,7 +450,7 @@ mod tests {
                 update,
             };
             let mut m = model(8, 1.0);
-            let s = train(&mut m, &users, &cfg, &mut crate::rng::seeded(1));
+            let s = train(&mut m, &users, &cfg, &mut dprec_dp::rng::seeded(1));
             assert_eq!(s.steps_run, 7);
             assert_eq!(s.noise_std.len(), 7);
             assert!(s.noise_std.iter().all(|&x| x >= 2.0 - 1e-12));
@@ -467,7 +467,7 @@ mod tests {
             lambda: 0.0,
             update: Update::Sgd { lr: 0.01 },
         };
-        let s = train(&mut m, &users, &cfg, &mut crate::rng::seeded(1));
+        let s = train(&mut m, &users, &cfg, &mut dprec_dp::rng::seeded(1));
         assert_eq!(s.steps_run, 0);
         assert_eq!(s.users_sampled, 4 * 30);
     }

@@ -11,8 +11,8 @@ use rayon::prelude::*;
 
 use crate::data::Compressed;
 use crate::numerics::linalg::cholesky_solve;
-use crate::rng::DpRng;
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::rng::DpRng;
 
 #[derive(Debug, Clone)]
 pub struct AlsMf {

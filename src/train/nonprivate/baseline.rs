@@ -2,8 +2,8 @@
 //! ridge updates (the "BaselineOnly" of Koren 2010 / Surprise, ALS flavour).
 
 use crate::data::Interactions;
-use crate::rng::DpRng;
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::rng::DpRng;
 
 #[derive(Debug, Clone)]
 pub struct Baseline {

@@ -16,8 +16,8 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
 use crate::data::Ratings;
-use crate::rng::{self, DpRng};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::rng::{self, DpRng};
 
 #[derive(Debug, Clone)]
 pub struct SgdMf {

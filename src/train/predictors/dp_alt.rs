@@ -30,14 +30,8 @@
 
 use rand::Rng;
 
-use crate::accountant::PrivacyEvent;
 use crate::data::RatingScale;
 use crate::numerics::linalg::cholesky_solve;
-use crate::privacy::continuous::gaussian;
-use crate::rng::DpRng;
-use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
-};
 use crate::train::predictors::joint_als::{project, JointAls};
 use crate::train::topn::dp_topn::{
     eps_r_param, participation, rating_eps, served_eps_r, ReleasePlan,
@@ -45,6 +39,12 @@ use crate::train::topn::dp_topn::{
 use crate::train::PerRating;
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, ReleaseCharges, UserCharge,
+};
+use dprec_dp::privacy::continuous::gaussian;
+use dprec_dp::rng::DpRng;
 
 /// Hyper-parameters of `dp-alt` (all public).
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ impl Default for DpAlt {
             eb: true,
             lambda_user: 5.0,
             mean: None,
-            delta_r: crate::ledger::RATING_DELTA,
+            delta_r: dprec_dp::ledger::RATING_DELTA,
             eps_r: served_eps_r(),
         }
     }
@@ -567,9 +567,9 @@ impl Trainer for DpAlt {
         // Sampling, initialisation and noise from streams split off before any data is
         // read (the noise draws never depend on the data's coin flips).
         let (mut sampling, mut init, mut noise) = (
-            crate::rng::split(rng),
-            crate::rng::split(rng),
-            crate::rng::split(rng),
+            dprec_dp::rng::split(rng),
+            dprec_dp::rng::split(rng),
+            dprec_dp::rng::split(rng),
         );
         // The bias-only rating bound assumes every rating lies on the public scale.
         if data
@@ -699,7 +699,7 @@ mod tests {
             rhs: vec![0.0; n * 3],
             k: 3,
         };
-        t.add_noise(&mut st, &mut crate::rng::seeded(7)).unwrap();
+        t.add_noise(&mut st, &mut dprec_dp::rng::seeded(7)).unwrap();
         let diag: Vec<f64> = (0..n).map(|j| st.gram[j * 9]).collect();
         let sd = |v: &[f64]| (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt();
         for (got, want) in [(sd(&diag), sg), (sd(&st.rhs), sh)] {
@@ -717,7 +717,7 @@ mod tests {
     /// noise added; returns the statistics and the true coordinates.
     fn planted(t: &DpAlt, n: usize, tau: f64, seed: u64) -> (ItemStats, Vec<f64>) {
         use rand_distr::{Distribution, Normal};
-        let mut rng = crate::rng::seeded(seed);
+        let mut rng = dprec_dp::rng::seeded(seed);
         let prior = Normal::new(0.0, tau).unwrap();
         let (k, mut theta) = (t.d + 1, Vec::with_capacity(n));
         let mut st = ItemStats {
@@ -769,7 +769,7 @@ mod tests {
                 rhs: vec![0.0; 2_000],
                 k: 1,
             };
-            t.add_noise(&mut st, &mut crate::rng::seeded(200 + seed))
+            t.add_noise(&mut st, &mut dprec_dp::rng::seeded(200 + seed))
                 .unwrap();
             most = most.max(eb_prior_variance(&st, sg, sh));
         }
@@ -937,7 +937,7 @@ mod tests {
             eps_r: None,
             ..DpAlt::default()
         };
-        let fit = t.fit(&data, &mut crate::rng::seeded(3)).unwrap();
+        let fit = t.fit(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
         let planned = t.planned_user_event().unwrap();
         assert_eq!(fit.charges.users.len(), 12);
         assert!(fit.charges.users.iter().all(|c| c.event == planned));

@@ -31,17 +31,17 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
-use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 use crate::data::{Compressed, Interactions};
-use crate::privacy::gaussian;
-use crate::rng::DpRng;
-use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
-};
 use crate::train::invalid;
 use crate::train::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
+use dprec_dp::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
+};
+use dprec_dp::privacy::gaussian;
+use dprec_dp::rng::DpRng;
 
 // ---------------------------------------------------------------------------------------
 // Accounting helpers (all eps values come from the accountant, except the paper's own
@@ -613,7 +613,7 @@ impl GaussianMf {
         let d = p.usize_in("d", 20, 1, 1024)?;
         let steps = p.usize_in("steps", def.steps, 1, 100_000)?;
         let delta = p.positive("delta", 1e-5)?;
-        let delta_r = p.positive("delta_r", crate::ledger::RATING_DELTA)?;
+        let delta_r = p.positive("delta_r", dprec_dp::ledger::RATING_DELTA)?;
         for (k, v) in [("delta", delta), ("delta_r", delta_r)] {
             if v >= 1.0 {
                 return Err(invalid(k, format!("must be < 1, got {v}")));

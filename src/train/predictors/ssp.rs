@@ -57,17 +57,17 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::accountant::PrivacyEvent;
 use crate::data::Compressed;
 use crate::numerics::linalg::cholesky_solve;
-use crate::privacy::gaussian;
-use crate::rng::DpRng;
-use crate::train::charges::{MechanismRecord, Neighbour, PrivacyUnit};
 use crate::train::invalid;
 use crate::train::predictors::gaussian_mf::{
     check_user_step_inputs, user_rng, user_step_charges, UserOffsets, UserStepOutput,
 };
 use crate::train::TrainError;
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit};
+use dprec_dp::privacy::gaussian;
+use dprec_dp::rng::DpRng;
 
 /// Hyper-parameters of [`ssp_user_step`]. All public.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 //! (`store::series`) and the release pipeline runs the ticks (`release::continual`).
 //!
 //! One series is `horizon` periods (ticks) of `privacy::tree`. Its counts are the
-//! arrival-capped rows of [`crate::privacy::tree::ArrivalCap`], in COUNT units: a user's
+//! arrival-capped rows of [`dprec_dp::privacy::tree::ArrivalCap`], in COUNT units: a user's
 //! first `cap` distinct items in arrival order, each counted once, nothing ever
 //! subtracted. A user's lifetime row is then a nonnegative 0/1 vector with at most `cap`
 //! ones, L2 norm `<= sqrt(cap)`, so every level of the tree is one Gaussian mechanism of
@@ -25,10 +25,10 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use crate::accountant::{plan::calibrate_gaussian, LifetimePlan, PrivacyEvent};
-use crate::privacy::tree::{levels, Node};
-use crate::privacy::{discrete_gaussian, Rational};
 use crate::train::{invalid, numerical, TrainError};
+use dprec_dp::accountant::{plan::calibrate_gaussian, LifetimePlan, PrivacyEvent};
+use dprec_dp::privacy::tree::{levels, Node};
+use dprec_dp::privacy::{discrete_gaussian, Rational};
 
 /// Default arrival cap: 16 distinct items per user and series (`count_clip^2` of the
 /// served counts, the cap fixed before `examples/continual_bench/main.rs` was run).
@@ -211,9 +211,9 @@ impl Admissions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::{default_orders, RdpCurve};
-    use crate::privacy::stats::{ks_critical, ks_statistic};
-    use crate::rng::seeded;
+    use dprec_dp::accountant::{default_orders, RdpCurve};
+    use dprec_dp::privacy::stats::{ks_critical, ks_statistic};
+    use dprec_dp::rng::seeded;
 
     fn plan(t: u32) -> LifetimePlan {
         LifetimePlan::new(t, 10.0, 1e-6).unwrap()
@@ -272,7 +272,7 @@ mod tests {
         let crit = ks_critical(jittered.len(), 1e-6);
         let sd = |s: f64| {
             let s = s.sqrt();
-            move |v: f64| crate::privacy::stats::normal_cdf(v / s)
+            move |v: f64| dprec_dp::privacy::stats::normal_cdf(v / s)
         };
         // A uniform(-1/2, 1/2) jitter adds variance 1/12.
         let var = p.sigma() * p.sigma() + 1.0 / 12.0;
@@ -320,7 +320,7 @@ mod tests {
             let n = tick_node(t);
             assert!(n.level < levels(365).unwrap());
             assert!(released.insert(n, t).is_none(), "{n:?} released twice");
-            let d = crate::privacy::tree::decomposition(t);
+            let d = dprec_dp::privacy::tree::decomposition(t);
             assert_eq!(d.last(), Some(&n));
             for m in d {
                 assert!(released[&m] <= t, "t = {t}: {m:?} not released");
@@ -334,7 +334,7 @@ mod tests {
     fn retired_nodes_are_never_needed_again() {
         for t in 1..=130u64 {
             for t2 in t + 1..=130 {
-                for n in crate::privacy::tree::decomposition(t2) {
+                for n in dprec_dp::privacy::tree::decomposition(t2) {
                     if n.periods().1 <= t {
                         assert!(!node_retired(n, t), "t = {t}: {n:?} needed at {t2}");
                     }
@@ -345,7 +345,7 @@ mod tests {
                 for k in (0..(t >> h)).step_by(2) {
                     let n = Node { level: h, index: k };
                     let needed = (t + 1..=t + 300)
-                        .any(|t2| crate::privacy::tree::decomposition(t2).contains(&n));
+                        .any(|t2| dprec_dp::privacy::tree::decomposition(t2).contains(&n));
                     assert_eq!(node_retired(n, t), !needed, "t = {t}: {n:?}");
                 }
             }

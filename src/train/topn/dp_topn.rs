@@ -36,15 +36,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use crate::accountant::plan::calibrate_gaussian;
-use crate::accountant::{compose_events, default_orders, eps_from_rdp, LifetimePlan, PrivacyEvent};
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
-use crate::privacy::continuous::gaussian;
-use crate::rng::DpRng;
-use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, RatingRhos, ReleaseCharges,
-    UserCharge,
-};
 use crate::train::topn::history::{drift_for, CountHistory, GramState};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram, ListHits};
@@ -54,6 +46,16 @@ use crate::train::topn::suffstats::{
 use crate::train::PerRating;
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::plan::calibrate_gaussian;
+use dprec_dp::accountant::{
+    compose_events, default_orders, eps_from_rdp, LifetimePlan, PrivacyEvent,
+};
+use dprec_dp::charges::{
+    MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, RatingRhos, ReleaseCharges,
+    UserCharge,
+};
+use dprec_dp::privacy::continuous::gaussian;
+use dprec_dp::rng::DpRng;
 
 /// A user's lifetime plan: `releases` releases inside `(eps_u, delta_u)`.
 ///
@@ -63,7 +65,7 @@ use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError
 /// built on the service's plan needs no further factor there
 /// (`units::calibrate_release` returns 1).
 ///
-/// [`accountant::plan::calibrate_gaussian`]: crate::accountant::plan::calibrate_gaussian
+/// [`accountant::plan::calibrate_gaussian`]: dprec_dp::accountant::plan::calibrate_gaussian
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ReleasePlan {
     pub eps_u: f64,
@@ -73,15 +75,15 @@ pub struct ReleasePlan {
 
 impl ReleasePlan {
     /// The service's default plan: [`DEFAULT_PLANNED_RELEASES`] releases inside the
-    /// default user budget (`ledger::defaults`).
+    /// default user budget (`dprec_dp::defaults`).
     ///
-    /// [`DEFAULT_PLANNED_RELEASES`]: crate::accountant::DEFAULT_PLANNED_RELEASES
+    /// [`DEFAULT_PLANNED_RELEASES`]: dprec_dp::accountant::DEFAULT_PLANNED_RELEASES
     pub fn served() -> Self {
-        use crate::ledger::defaults as b;
+        use dprec_dp::defaults as b;
         Self {
             eps_u: b::USER_EPS,
             delta_u: b::USER_DELTA,
-            releases: u64::from(crate::accountant::DEFAULT_PLANNED_RELEASES),
+            releases: u64::from(dprec_dp::accountant::DEFAULT_PLANNED_RELEASES),
         }
     }
 
@@ -111,18 +113,18 @@ impl ReleasePlan {
     /// [`Self::noise_multiplier`] (through the Renyi filter). Valid only for statistics
     /// that meet the tree's condition (docs/privacy/dp-topn.md section 4).
     pub fn tree_noise_multiplier(&self) -> Result<f64, TrainError> {
-        let l = crate::privacy::tree::levels(self.releases).map_err(numerical)?;
+        let l = dprec_dp::privacy::tree::levels(self.releases).map_err(numerical)?;
         Ok(calibrate_gaussian(&self.lifetime_of(u64::from(l))?, 1)?)
     }
 }
 
 /// The per-rating budget the service gives a rating with the default eps_ij on its first
-/// release (`ledger::defaults`: share 0.1 of eps_ij 12, so 1.2): the default `eps_r` of
+/// release (`dprec_dp::defaults`: share 0.1 of eps_ij 12, so 1.2): the default `eps_r` of
 /// the trainers `dprec eval` runs as served (a trainer that publishes its own DP counts
 /// gets the whole share: the service runs no separate popularity release for it).
 pub fn served_eps_r() -> Option<f64> {
-    use crate::ledger::defaults as b;
-    crate::ledger::release_share(b::SHARE, b::RATING_EPS, 0.0, b::MIN_RELEASE_EPS)
+    use dprec_dp::defaults as b;
+    dprec_dp::ledger::release_share(b::SHARE, b::RATING_EPS, 0.0, b::MIN_RELEASE_EPS)
 }
 
 /// The `eps_r` parameter: a number, `none` (every rating takes full part: one-release or
@@ -359,7 +361,7 @@ pub struct Sample {
 
 /// How one rating takes part: fully, charged the Gaussian `rho = 1 / (2 z_r^2)` when
 /// its ledger can afford the increase of its converted loss
-/// ([`crate::ledger::gaussian_eps`] from its current `rho`), else RSM-sampled at a pure
+/// ([`dprec_dp::ledger::gaussian_eps`] from its current `rho`), else RSM-sampled at a pure
 /// eps within its budget ([`rsm_rate`]). Returns `(rate, pure eps, rho)`.
 pub fn participation(
     budget: f64,
@@ -371,8 +373,8 @@ pub fn participation(
         return Ok((0.0, 0.0, 0.0));
     }
     let rho_full = 1.0 / (2.0 * z_r * z_r);
-    let g0 = crate::ledger::gaussian_eps(rho_so_far);
-    let added = crate::ledger::gaussian_eps(rho_so_far + rho_full) - g0;
+    let g0 = dprec_dp::ledger::gaussian_eps(rho_so_far);
+    let added = dprec_dp::ledger::gaussian_eps(rho_so_far + rho_full) - g0;
     // A margin against rounding in the ledger's own recomputation.
     if added <= budget * (1.0 - 1e-9) {
         return Ok((1.0, 0.0, rho_full));
@@ -581,13 +583,13 @@ pub fn counts_from_sums(
 ) -> Result<Vec<f64>, TrainError> {
     let unit = 1i64 << sums.bits;
     let s = sigma * unit as f64;
-    let s2 = crate::privacy::Rational {
+    let s2 = dprec_dp::privacy::Rational {
         num: (s * s).ceil() as u64 + 1,
         den: 1,
     };
     let mut counts = Vec::with_capacity(sums.units.len());
     for &x in &sums.units {
-        let noisy = x + crate::privacy::discrete_gaussian(s2, rng).map_err(numerical)?;
+        let noisy = x + dprec_dp::privacy::discrete_gaussian(s2, rng).map_err(numerical)?;
         // Nearest whole count (halves up), in integer arithmetic.
         counts.push((noisy + unit / 2).div_euclid(unit) as f64);
     }
@@ -961,7 +963,7 @@ impl Default for DpTopN {
                 edges: Solver::DEFAULT_EDGES,
             },
             pop_weight: 0.0,
-            delta_r: crate::ledger::RATING_DELTA,
+            delta_r: dprec_dp::ledger::RATING_DELTA,
             eps_r: served_eps_r(),
             noise_factor: 1.0,
             liked: Liked::DEFAULT,
@@ -1193,7 +1195,7 @@ impl DpTopN {
         // The subset key and the noise from two streams split off the release's generator
         // before any data is read: the noise draws never depend on the data (issue 8
         // finding 1: a new user must not shift the noise).
-        let (mut sampling, mut noise) = (crate::rng::split(rng), crate::rng::split(rng));
+        let (mut sampling, mut noise) = (dprec_dp::rng::split(rng), dprec_dp::rng::split(rng));
         let key = SubsetKey::draw(&mut sampling);
         let sample = sample_ratings(data, budgets, z_r, self.delta_r, c.cap, c.liked_min, &key)?;
         let n_items = data.matrix.n_items;
@@ -2113,7 +2115,7 @@ mod tests {
         let r = synthetic(20, 30, 5);
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-        assert!(t.release(&data, &mut crate::rng::seeded(1)).is_err());
+        assert!(t.release(&data, &mut dprec_dp::rng::seeded(1)).is_err());
     }
 
     #[test]
@@ -2186,7 +2188,7 @@ mod tests {
         ]);
         let z = plan_z(5.0, 1);
         let (z_c, z_g) = (z / 0.2f64.sqrt(), z / 0.8f64.sqrt());
-        let mut rng = crate::rng::seeded(11);
+        let mut rng = dprec_dp::rng::seeded(11);
         let rel = t.release(&data, &mut rng).unwrap();
         assert!((rel.sigma_count - z_c * 3.0).abs() < 1e-12);
         assert!((rel.sigma_gram - z_g * 4.0).abs() < 1e-12);
@@ -2241,7 +2243,7 @@ mod tests {
             .collect();
         let mut dev = Vec::new();
         for seed in 0..n {
-            let rel = t.release(data, &mut crate::rng::seeded(seed)).unwrap();
+            let rel = t.release(data, &mut dprec_dp::rng::seeded(seed)).unwrap();
             let params = &rel.charges.mechanisms[0].params;
             each(params);
             let trace = &params["trace"];
@@ -2293,7 +2295,7 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["eps=5", "releases=1", "count_clip=3", "split=counts"]);
-        let rel = t.release(&data, &mut crate::rng::seeded(3)).unwrap();
+        let rel = t.release(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert!(
             (rel.sigma_count - z * 3.0).abs() < 1e-9,
             "{}",
@@ -2473,7 +2475,7 @@ mod tests {
         let n = 1000;
         let mut d = Vec::with_capacity(n);
         for seed in 0..n as u64 {
-            let rel = t.release(&data, &mut crate::rng::seeded(seed)).unwrap();
+            let rel = t.release(&data, &mut dprec_dp::rng::seeded(seed)).unwrap();
             let state = rel.select.as_ref().unwrap();
             assert_eq!(state.select_n, 2);
             d.push(state.select_sum - 2.0);
@@ -2510,7 +2512,7 @@ mod tests {
         releases: usize,
         seed: u64,
     ) -> (String, Fitted) {
-        let mut rng = crate::rng::seeded(seed);
+        let mut rng = dprec_dp::rng::seeded(seed);
         let mut state: Option<CountHistory> = None;
         let mut trail = String::new();
         let mut last = None;
@@ -2596,7 +2598,7 @@ mod tests {
             }
         });
 
-        let taste = taste_or_noise(true, &mut crate::rng::seeded(5));
+        let taste = taste_or_noise(true, &mut dprec_dp::rng::seeded(5));
         let m = Interactions::new(&taste);
         let data = TrainData::new(&taste, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["split=select", "eps=50", "releases=1"]);
@@ -2630,7 +2632,7 @@ mod tests {
             }
             r
         };
-        let mut g = crate::rng::seeded(3);
+        let mut g = dprec_dp::rng::seeded(3);
         let (a, b) = (shifted(0, &mut g), shifted(60, &mut g));
         let (ma, mb) = (Interactions::new(&a), Interactions::new(&b));
         let (da, db) = (
@@ -2643,7 +2645,7 @@ mod tests {
                 "releases=20",
                 &format!("select_refresh={refresh}"),
             ]);
-            let mut rng = crate::rng::seeded(4);
+            let mut rng = dprec_dp::rng::seeded(4);
             let mut state: Option<CountHistory> = None;
             let mut restarts = Vec::new();
             for r in 0..30 {
@@ -2683,7 +2685,7 @@ mod tests {
     /// `eval::AfterReleases` with the trainer by name, the same.
     #[test]
     fn select_split_serves_ease_on_taste() {
-        let taste = taste_or_noise(true, &mut crate::rng::seeded(5));
+        let taste = taste_or_noise(true, &mut dprec_dp::rng::seeded(5));
         let t = trainer(&["split=select"]);
         let m = Interactions::new(&taste);
         let data = TrainData::new(&taste, &m, RatingScale::ONE_TO_FIVE);
@@ -2707,7 +2709,7 @@ mod tests {
         // more often than the counts' (half of each group): 502 against 206 users here,
         // asserted at least 1.5 times.
         use crate::train::ranker::Ranker;
-        let mut g = crate::rng::seeded(8);
+        let mut g = dprec_dp::rng::seeded(8);
         let held: Vec<u32> = (0..m.n_users)
             .map(|u| {
                 let own = m.by_user.row(u).0;
@@ -2743,7 +2745,7 @@ mod tests {
             releases: 20,
             arrivals: false,
         };
-        let f = after.fit(&data, &mut crate::rng::seeded(2)).unwrap();
+        let f = after.fit(&data, &mut dprec_dp::rng::seeded(2)).unwrap();
         assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
         assert_eq!(f.charges.mechanisms[0].params["select"]["decision"], "ease");
         assert!(f.ranker.as_ref().unwrap().personalises(&[(0, 4.0)]));
@@ -2757,7 +2759,7 @@ mod tests {
     /// 1-8 averaged 0.47 (now 0.22; -3.0 to -5.3 at the default noise, seeds 2-6).
     #[test]
     fn select_split_stays_on_counts_on_noise() {
-        let mut g = crate::rng::seeded(5);
+        let mut g = dprec_dp::rng::seeded(5);
         let noise = taste_or_noise(false, &mut g);
         let t = trainer(&["split=select"]);
         let m = Interactions::new(&noise);
@@ -2803,7 +2805,7 @@ mod tests {
     fn adaptive_split_picks_counts_on_noise() {
         // 150 users of random items, 52 releases in eps 10.
         let mut r = Ratings::with_dims(150, 400);
-        let mut g = crate::rng::seeded(5);
+        let mut g = dprec_dp::rng::seeded(5);
         for u in 0..150u32 {
             let mut items: Vec<u32> = (0..400).collect();
             items.shuffle(&mut g);
@@ -2814,7 +2816,7 @@ mod tests {
         let t = trainer(&["split=adaptive"]);
         let (z, _, _) = t.multipliers().unwrap();
         for seed in 0..5 {
-            let rel = t.release(&data, &mut crate::rng::seeded(seed)).unwrap();
+            let rel = t.release(&data, &mut dprec_dp::rng::seeded(seed)).unwrap();
             assert_eq!(spent_on(&rel), "counts", "seed {seed}");
             assert!(rel.gram.is_empty());
             // Within 1% of DP popularity's noise (the trace's 2% share).
@@ -2850,7 +2852,7 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["split=counts"]);
-        let alone = t.fit(&data, &mut crate::rng::seeded(3)).unwrap();
+        let alone = t.fit(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
         let ranker = |f: &Fitted| match f.ranker.as_ref().unwrap().stored().unwrap() {
             crate::train::ranker::StoredRanker::Item { model } => model,
             _ => unreachable!("dp-topn serves an item ranker"),
@@ -2873,7 +2875,7 @@ mod tests {
             prior_counts: Some(&prior),
             ..data
         };
-        let fitted = t.fit(&with, &mut crate::rng::seeded(3)).unwrap();
+        let fitted = t.fit(&with, &mut dprec_dp::rng::seeded(3)).unwrap();
         let served = ranker(&fitted);
         let h = served.history.clone().unwrap();
         assert_eq!(h.releases, 5);
@@ -2898,11 +2900,11 @@ mod tests {
             prior_counts: Some(&other),
             ..data
         };
-        let f = t.fit(&with_other, &mut crate::rng::seeded(3)).unwrap();
+        let f = t.fit(&with_other, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert_eq!(ranker(&f).history.unwrap(), first);
         // Switched off: no state, the release's own counts.
         let off = trainer(&["split=counts", "combine_releases=false"]);
-        let f = off.fit(&with, &mut crate::rng::seeded(3)).unwrap();
+        let f = off.fit(&with, &mut dprec_dp::rng::seeded(3)).unwrap();
         assert!(ranker(&f).history.is_none());
         assert_eq!(ranker(&f).fill, first.mean);
     }
@@ -2931,7 +2933,7 @@ mod tests {
 
     #[test]
     fn adaptive_split_picks_the_gram_on_signal() {
-        let mut g = crate::rng::seeded(5);
+        let mut g = dprec_dp::rng::seeded(5);
         // 6,000 users in two taste groups of 100 items, 30 items each; one item per
         // user held out. One release in eps 8: the trace is about 290 edges.
         let (n_users, half) = (6_000u32, 100u32);
@@ -2946,7 +2948,7 @@ mod tests {
         let m = Interactions::new(&train);
         let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["eps=8", "releases=1"]);
-        let rel = t.release(&data, &mut crate::rng::seeded(1)).unwrap();
+        let rel = t.release(&data, &mut dprec_dp::rng::seeded(1)).unwrap();
         assert_eq!(spent_on(&rel), "gram");
         let ranker = t.solve(&rel, data.matrix.n_items).unwrap();
         let pop = DpTopN {
@@ -2955,7 +2957,7 @@ mod tests {
             ..t.clone()
         };
         let pop_rel = pop
-            .release_counts_only(&data, &mut crate::rng::seeded(1))
+            .release_counts_only(&data, &mut dprec_dp::rng::seeded(1))
             .unwrap();
         let hits = |scores: &Scorer| held_out_hits(&m, &held, scores);
         use crate::train::ranker::Ranker;
@@ -2984,7 +2986,7 @@ mod tests {
             })
             .collect();
         let (clip, cap, sigma) = (4.0, 256, 3.7);
-        let got = noisy_counts(&rows, 40, clip, cap, sigma, &mut crate::rng::seeded(9)).unwrap();
+        let got = noisy_counts(&rows, 40, clip, cap, sigma, &mut dprec_dp::rng::seeded(9)).unwrap();
         assert!(got.iter().all(|c| c.fract() == 0.0), "{got:?}");
         let bits = count_grid_bits(sigma, cap).unwrap();
         assert_eq!(bits, 16);
@@ -2996,16 +2998,16 @@ mod tests {
                 .for_each(|&j| sums[j as usize] += (w * unit as f64).floor() as i64);
         }
         let s = sigma * unit as f64;
-        let s2 = crate::privacy::Rational::new((s * s).ceil() as u64 + 1, 1).unwrap();
-        let mut rng = crate::rng::seeded(9);
+        let s2 = dprec_dp::privacy::Rational::new((s * s).ceil() as u64 + 1, 1).unwrap();
+        let mut rng = dprec_dp::rng::seeded(9);
         for (j, x) in sums.into_iter().enumerate() {
-            let y = x + crate::privacy::discrete_gaussian(s2, &mut rng).unwrap();
+            let y = x + dprec_dp::privacy::discrete_gaussian(s2, &mut rng).unwrap();
             assert_eq!(got[j], (y + unit / 2).div_euclid(unit) as f64, "item {j}");
         }
         // The scale: 50,000 counts of pure noise at sigma 20 have a sample sd within 2% of
         // sigma (relative sd of the estimate 0.32%: > 6 sds; rounding to whole counts adds
         // 1/12 to the variance, 0.01%); a 10% wrong scale is outside.
-        let noise = noisy_counts(&[], 50_000, clip, cap, 20.0, &mut crate::rng::seeded(10));
+        let noise = noisy_counts(&[], 50_000, clip, cap, 20.0, &mut dprec_dp::rng::seeded(10));
         let noise = noise.unwrap();
         assert!(noise.iter().all(|c| c.fract() == 0.0));
         let sd = (noise.iter().map(|x| x * x).sum::<f64>() / noise.len() as f64).sqrt();
@@ -3022,7 +3024,7 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["releases=1", "threshold=0", "k=10"]);
-        let f = t.fit(&data, &mut crate::rng::seeded(12)).unwrap();
+        let f = t.fit(&data, &mut dprec_dp::rng::seeded(12)).unwrap();
         assert!(f.model.item_bias.iter().all(|c| c.fract() == 0.0));
         assert!(f.model.item_bias.iter().any(|&c| c != 0.0));
         // The grid keeps the rating-level bound: refused when the cap is too large for it.
@@ -3135,7 +3137,7 @@ mod tests {
     /// weights tell the items apart. The service's default plan (52 releases in eps 10).
     #[test]
     fn liked_counts_beat_dp_popularity_where_items_differ() {
-        let mut g = crate::rng::seeded(11);
+        let mut g = dprec_dp::rng::seeded(11);
         let (n_users, n_items) = (2_000u32, 200u32);
         let mut train = Ratings::with_dims(n_users as usize, n_items as usize);
         let mut held = Vec::new();
@@ -3150,7 +3152,7 @@ mod tests {
         let m = Interactions::new(&train);
         let data = TrainData::new(&train, &m, RatingScale::ONE_TO_FIVE);
         let hits = |t: &dyn crate::train::Trainer, seed: u64| {
-            let f = t.fit(&data, &mut crate::rng::seeded(seed)).unwrap();
+            let f = t.fit(&data, &mut dprec_dp::rng::seeded(seed)).unwrap();
             let ranker = f.ranker.unwrap();
             held_out_hits(&m, &held, &|own, out| ranker.score_items(None, own, out))
         };
@@ -3178,7 +3180,7 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["eps=8", "releases=1", "split=gram"]);
-        let f = t.fit(&data, &mut crate::rng::seeded(3)).unwrap();
+        let f = t.fit(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
         match f.ranker.as_ref().and_then(|r| r.stored()) {
             Some(crate::train::StoredRanker::Item { model }) => {
                 assert!(matches!(model.scorer, ItemScorer::ItemItem { .. }))
@@ -3241,7 +3243,7 @@ mod tests {
             let m = Interactions::new(r);
             let mut data = TrainData::new(r, &m, RatingScale::ONE_TO_FIVE);
             data.budgets = Some(budgets.into());
-            t.release(&data, &mut crate::rng::seeded(21)).unwrap()
+            t.release(&data, &mut dprec_dp::rng::seeded(21)).unwrap()
         };
         let a = run(&r, &vec![f64::INFINITY; r.len()]);
         let mut b2 = vec![f64::INFINITY; r.len()];
@@ -3286,7 +3288,7 @@ mod tests {
             "threshold=0",
             "k=400",
         ]);
-        let rel = t.release(&data, &mut crate::rng::seeded(3)).unwrap();
+        let rel = t.release(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
         let ev = rel.charges.user_events();
         assert_eq!(
             ev[&heavy], ev[&0],
@@ -3334,10 +3336,10 @@ mod tests {
         let m = Interactions::new(&r);
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["threshold=1000"]);
-        let rel = t.release(&data, &mut crate::rng::seeded(5)).unwrap();
+        let rel = t.release(&data, &mut dprec_dp::rng::seeded(5)).unwrap();
         assert!(rel.candidates.is_empty());
         let t = trainer(&["threshold=0", "k=30", "eps=50", "releases=1"]);
-        let rel = t.release(&data, &mut crate::rng::seeded(5)).unwrap();
+        let rel = t.release(&data, &mut dprec_dp::rng::seeded(5)).unwrap();
         assert_eq!(rel.candidates.len(), 30);
         let min_in = rel
             .candidates
@@ -3370,13 +3372,13 @@ mod tests {
         let budgets: Vec<f64> = (0..r.len()).map(|k| [0.0, 0.5, 100.0][k % 3]).collect();
         data.budgets = Some(budgets[..].into());
         let rel = trainer(&[])
-            .release(&data, &mut crate::rng::seeded(6))
+            .release(&data, &mut dprec_dp::rng::seeded(6))
             .unwrap();
         // Pure charges (RSM) plus the converted Gaussian part (full participation).
         let totals = rel.charges.rating_totals(r.len());
         let rho = rel.charges.rating_rho_totals(r.len());
         for (k, &b) in budgets.iter().enumerate() {
-            let t = totals[k] + crate::ledger::gaussian_eps(rho[k]);
+            let t = totals[k] + dprec_dp::ledger::gaussian_eps(rho[k]);
             assert!(t <= b, "rating {k}: charged {t} > budget {b}");
             assert_eq!(t > 0.0, b > 0.0, "rating {k}");
             assert_eq!(
@@ -3395,7 +3397,7 @@ mod tests {
     fn participation_charges_rho_when_affordable_and_rsm_otherwise() {
         let z_r = 2.0;
         let rho = 1.0 / (2.0 * z_r * z_r);
-        let one = crate::ledger::gaussian_eps(rho);
+        let one = dprec_dp::ledger::gaussian_eps(rho);
         let (q, eps, r) = participation(one * 1.01, 0.0, z_r, 1e-6).unwrap();
         assert_eq!((q, eps, r), (1.0, 0.0, rho));
         let (q, eps, r) = participation(one * 0.5, 0.0, z_r, 1e-6).unwrap();
@@ -3404,16 +3406,16 @@ mod tests {
             "{q} {eps}"
         );
         // A lifetime: eps_ij just above the converted loss of 52 full releases.
-        let eps_ij = crate::ledger::gaussian_eps(52.0 * rho) * 1.001;
+        let eps_ij = dprec_dp::ledger::gaussian_eps(52.0 * rho) * 1.001;
         assert!(eps_ij < 52.0 * one / 3.0);
-        let policy = crate::ledger::SharePolicy::Fraction(1.0);
+        let policy = dprec_dp::ledger::SharePolicy::Fraction(1.0);
         let (mut spent, mut acc) = (0.0, 0.0);
         for t in 0..52 {
-            let loss = crate::ledger::rating_loss(spent, acc);
-            let b = crate::ledger::release_share(policy, eps_ij, loss, 1e-6).unwrap();
+            let loss = dprec_dp::ledger::rating_loss(spent, acc);
+            let b = dprec_dp::ledger::release_share(policy, eps_ij, loss, 1e-6).unwrap();
             let (q, eps, r) = participation(b, acc, z_r, 1e-6).unwrap();
             assert_eq!((q, eps), (1.0, 0.0), "release {t}");
-            assert!(crate::ledger::fits_with_rho(eps_ij, spent, acc, eps, r));
+            assert!(dprec_dp::ledger::fits_with_rho(eps_ij, spent, acc, eps, r));
             spent += eps;
             acc += r;
         }

@@ -254,7 +254,7 @@ impl CountHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::seeded;
+    use dprec_dp::rng::seeded;
 
     /// The state after one release with no earlier one.
     fn first(basis: &str, counts: &[f64], sigma: f64) -> Result<CountHistory, TrainError> {
@@ -404,12 +404,12 @@ mod tests {
             for _ in 0..52 {
                 if drifts {
                     for c in truth.iter_mut() {
-                        *c += crate::privacy::gaussian((q * v).sqrt(), &mut rng).unwrap();
+                        *c += dprec_dp::privacy::gaussian((q * v).sqrt(), &mut rng).unwrap();
                     }
                 }
                 let y: Vec<f64> = truth
                     .iter()
-                    .map(|c| c + crate::privacy::gaussian(v.sqrt(), &mut rng).unwrap())
+                    .map(|c| c + dprec_dp::privacy::gaussian(v.sqrt(), &mut rng).unwrap())
                     .collect();
                 h = Some(CountHistory::update(h.as_ref(), "b", &y, v.sqrt(), q).unwrap());
             }

@@ -6,11 +6,11 @@
 //! - `ease`: EASE (Steck 2019) on the exact binary Gram of the whole catalogue
 //!   (non-private, lambda 300 by default).
 
-use crate::accountant::PrivacyEvent;
-use crate::rng::DpRng;
 use crate::train::topn::dp_topn::{self, Contribution, DpTopN, ReleasePlan};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::rng::DpRng;
 
 fn counts(data: &TrainData<'_>) -> Vec<f64> {
     (0..data.matrix.n_items)

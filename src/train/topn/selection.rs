@@ -12,12 +12,12 @@
 
 use rayon::prelude::*;
 
-use crate::privacy::continuous::gaussian;
-use crate::rng::DpRng;
 use crate::train::topn::history::GramState;
 use crate::train::topn::item_ranker::{ItemItemSums, ItemRanker, ItemScorer};
 use crate::train::topn::suffstats::gram_weight;
 use crate::train::{numerical, TrainError};
+use dprec_dp::privacy::continuous::gaussian;
+use dprec_dp::rng::DpRng;
 
 /// The list length a hit is counted in (the eval's NDCG@10).
 pub const LOO_TOP: usize = 10;
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn noised_difference_has_the_planned_scale() {
         let z_s = 4.472;
-        let mut rng = crate::rng::seeded(5);
+        let mut rng = dprec_dp::rng::seeded(5);
         let n = 4000;
         let draws: Vec<f64> = (0..n)
             .map(|_| noised_difference(7, z_s, &mut rng).unwrap() - 7.0)
@@ -350,7 +350,7 @@ mod tests {
     /// (some edits change the sum), so the bounds are not vacuous.
     #[test]
     fn one_user_moves_the_sum_by_one_and_one_rating_by_two() {
-        let mut rng = crate::rng::seeded(9);
+        let mut rng = dprec_dp::rng::seeded(9);
         let (mut moved_user, mut moved_rating, mut by_two) = (0, 0, 0);
         for _ in 0..40 {
             let (a, b) = lists(&mut rng);
@@ -436,7 +436,7 @@ mod tests {
     /// is the liked one of smallest digest.
     #[test]
     fn users_without_two_rows_or_a_liked_row_do_not_count() {
-        let mut rng = crate::rng::seeded(2);
+        let mut rng = dprec_dp::rng::seeded(2);
         let (a, b) = lists(&mut rng);
         // Identical lists: every v is 0 whoever counts.
         let (pa, pb) = (ListHits::plain(&a), ListHits::plain(&b));
@@ -500,7 +500,7 @@ mod tests {
     #[test]
     fn leave_user_out_equals_ease_refitted_without_the_user() {
         use crate::train::topn::dp_topn::{ease_inverse, ease_weights, gram};
-        let mut rng = crate::rng::seeded(11);
+        let mut rng = dprec_dp::rng::seeded(11);
         let (n, k, lambda) = (30usize, 20usize, 3.0);
         let cand: Vec<u32> = (0..k as u32).collect();
         let pop: Vec<f64> = (0..k).map(|j| (40 - j) as f64).collect();
@@ -568,7 +568,7 @@ mod tests {
     // long: one random table of lists, users and targets, each checked against the scan.
     fn fast_hit_equals_the_scan_over_all_scores() {
         use crate::train::topn::dp_topn::{ease_inverse, ease_weights, gram};
-        let mut rng = crate::rng::seeded(21);
+        let mut rng = dprec_dp::rng::seeded(21);
         let (n, k) = (40usize, 16usize);
         let (mut checked, mut hits) = (0, 0);
         for round in 0..30 {

@@ -21,9 +21,9 @@ use rand::RngCore;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::rng::DpRng;
 use crate::train::topn::dp_topn::{gram_trace, Contribution};
 use crate::train::TrainError;
+use dprec_dp::rng::DpRng;
 
 /// The release's secret key of the subset hash: 32 bytes drawn from the release's
 /// sampling generator before any data is read. Never stored, logged or published.
@@ -490,7 +490,7 @@ mod tests {
     use rand::Rng;
 
     fn ratings(n_users: u32, n_items: u32, seed: u64) -> Ratings {
-        let mut g = crate::rng::seeded(seed);
+        let mut g = dprec_dp::rng::seeded(seed);
         let mut r = Ratings::with_dims(n_users as usize, n_items as usize);
         for u in 0..n_users {
             // Light and heavy raters, so the cap binds for some.
@@ -531,7 +531,7 @@ mod tests {
         let mut r = Ratings::with_dims(1, 10);
         (0..10).for_each(|j| r.push(0, j, 3.0));
         let mut kept = [0u32; 10];
-        let mut g = crate::rng::seeded(1);
+        let mut g = dprec_dp::rng::seeded(1);
         for _ in 0..3000 {
             let row = &rows_with(&r, &SubsetKey::draw(&mut g), 3)[0];
             assert_eq!(row.len(), 3);

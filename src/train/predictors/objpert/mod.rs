@@ -11,7 +11,7 @@
 //!   them only in the operator's rating-level mode (`trainer.allow_rating_level`).
 //! - [`paper`]: `paper-pdp-pmf` / `paper-dp-pmf`, faithful to the paper's Algorithms 1-2
 //!   (non-private U, eta resampled each iteration, `Delta = r_max - r_min`), labelled
-//!   [`PAPER_FAITHFUL`](crate::train::charges::PAPER_FAITHFUL), [`Guarantee::PaperClaimed`].
+//!   [`PAPER_FAITHFUL`](dprec_dp::charges::PAPER_FAITHFUL), [`Guarantee::PaperClaimed`].
 //!
 //! The claim, proof sketch and tests are in `docs/privacy/pdp-pmf.md`.
 
@@ -29,10 +29,10 @@ use ndarray::{Array1, Array2};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::accountant::PrivacyEvent;
-use crate::privacy::Threshold;
-use crate::rng::DpRng;
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::privacy::Threshold;
+use dprec_dp::rng::DpRng;
 use step::invalid;
 
 /// The paper's privacy-preference generator (section 6.1): a record is conservative with
@@ -493,8 +493,8 @@ fn pad(v: Array1<f64>, n: usize) -> Array1<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::{default_orders, LifetimePlan};
     use crate::train::{build, units};
+    use dprec_dp::accountant::{default_orders, LifetimePlan};
 
     /// The largest per-release pure eps `e` such that `releases` releases of
     /// `PureDp(e)` fit the plan (bisection on the accountant).

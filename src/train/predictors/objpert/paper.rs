@@ -21,12 +21,10 @@ use ndarray::{Array1, Array2};
 
 use super::step::{invalid, rating_and_user_charges};
 use super::{parse_threshold, preferences, random_unit_rows, threshold_name, PreferenceGroups};
-use crate::privacy::{self, Threshold};
-use crate::rng::DpRng;
-use crate::train::charges::{
-    MechanismRecord, Neighbour, PrivacyUnit, ReleaseCharges, PAPER_FAITHFUL,
-};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
+use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, ReleaseCharges, PAPER_FAITHFUL};
+use dprec_dp::privacy::{self, Threshold};
+use dprec_dp::rng::DpRng;
 
 #[derive(Debug, Clone)]
 pub struct PaperPmf {

@@ -66,15 +66,15 @@ use ndarray::{Array1, Array2};
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::accountant::PrivacyEvent;
 use crate::data::{Compressed, RatingScale, Ratings};
 use crate::numerics::linalg::cholesky_solve;
-use crate::privacy::{self, Threshold};
-use crate::train::charges::{
+use crate::train::{ParamError, TrainError};
+use dprec_dp::accountant::PrivacyEvent;
+use dprec_dp::charges::{
     largest_per_user, MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, ReleaseCharges,
     UserCharge,
 };
-use crate::train::{ParamError, TrainError};
+use dprec_dp::privacy::{self, Threshold};
 
 /// Gradient norm at which the Newton solve stops (the returned `v_j` is the minimiser of
 /// the perturbed objective to this accuracy).

@@ -5,7 +5,7 @@
 //! ([`fits`]), a rating's loss with its Gaussian part in zCDP ([`rating_loss`]), the
 //! per-user RDP cost of a release ([`user_cost`]) and the admission plan
 //! of a release ([`plan`]). The transaction that records a release re-checks these with the
-//! stored state; its SQL lives with the store (`crate::store::commit_release`).
+//! stored state; its SQL lives with the store (the service's store).
 //! The semantics are written down in docs/LEDGER.md.
 
 use std::collections::{BTreeMap, HashMap};
@@ -128,27 +128,6 @@ impl<'de> serde::Deserialize<'de> for SharePolicy {
 
 /// The public delta at which a rating's Gaussian loss (its `rho`) is stated in eps.
 pub const RATING_DELTA: f64 = 1e-6;
-
-/// The service's default budget (the configuration's `budget.*` defaults, public values):
-/// here, below both the configuration and the trainers, so that a trainer's own defaults
-/// (`dprec eval` runs what is served) repeat them without reading the configuration.
-pub mod defaults {
-    use super::SharePolicy;
-    /// eps_u of a new user.
-    pub const USER_EPS: f64 = 10.0;
-    /// delta_u of a new user.
-    pub const USER_DELTA: f64 = 1e-6;
-    /// eps_ij of a rating sent without eps, for a user without a default. With the served
-    /// default (dp-topn, 52 planned releases) a rating's full part in every release costs
-    /// eps ~10.7 at delta_r (its Gaussian part in zCDP, docs/LEDGER.md): 12 lets every
-    /// rating take part for the whole plan, and a tenth of it per release covers the
-    /// largest (first) step, ~1.18.
-    pub const RATING_EPS: f64 = 12.0;
-    /// Share of eps_ij one release may spend.
-    pub const SHARE: SharePolicy = SharePolicy::Fraction(0.1);
-    /// A rating whose remaining budget is below this is exhausted.
-    pub const MIN_RELEASE_EPS: f64 = 0.001;
-}
 
 /// eps at [`RATING_DELTA`] of a `rho`-zCDP loss (Renyi divergence `alpha * rho` at every
 /// order: the composition of Gaussian mechanisms, `rho = sum 1 / (2 z^2)` for
@@ -485,7 +464,7 @@ impl Plan {
     }
 
     /// Each terms' training budget and Gaussian loss so far: what a trainer reads per
-    /// rating through the terms' index ([`crate::train::PerRating::Coded`]).
+    /// rating through the terms' index (`PerRating::Coded`).
     pub fn terms_values(&self) -> (Vec<f64>, Vec<f64>) {
         let budget = self.terms.iter().map(|t| t.train_budget).collect();
         let rho = self.terms.iter().map(|t| t.rho).collect();

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
 
 /// The unit of privacy a charge protects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum PrivacyUnit {
     /// One rating (user i, item j): the default unit.
@@ -18,7 +19,8 @@ pub enum PrivacyUnit {
 }
 
 /// The neighbouring relation the guarantee is stated for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Neighbour {
     /// One unit added or removed.
@@ -29,7 +31,8 @@ pub enum Neighbour {
 }
 
 /// How far the output's privacy claim is proven for the code that ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Guarantee {
     /// No privacy claim (baselines). Never served unless explicitly allowed.
@@ -131,7 +134,7 @@ pub struct MechanismRecord {
 /// A pure-DP charge to one rating's eps_ij ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RatingCharge {
-    /// Position of the rating in the training [`crate::data::Ratings`].
+    /// Position of the rating in the training ratings (the trainer's `Ratings`).
     pub position: u32,
     pub eps: f64,
 }
@@ -167,7 +170,7 @@ pub struct ReleaseCharges {
 /// A Gaussian charge to one rating, in zCDP `rho`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RatingRho {
-    /// Position of the rating in the training [`crate::data::Ratings`].
+    /// Position of the rating in the training ratings (the trainer's `Ratings`).
     pub position: u32,
     pub rho: f64,
 }
