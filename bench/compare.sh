@@ -9,7 +9,7 @@
 #   --surprise-only   run only the Surprise half (no cargo build, no dprec runs)
 # Environment:
 #   DPREC_ML100K_DIR  default for --data
-#   DPREC_BIN         use this dprec binary instead of building target/release/dprec
+#   DPREC_BIN         use this dprec-lab binary instead of building target/release/dprec-lab
 #   CARGO_TARGET_DIR  honoured when locating the release binary
 #   RAYON_NUM_THREADS passed through to dprec (recorded in the table's notes)
 #
@@ -93,7 +93,7 @@ if [[ -n "${DPREC_BIN:-}" ]]; then
     DPREC="$DPREC_BIN"
     [[ "$SURPRISE_ONLY" -eq 1 || -x "$DPREC" ]] || die "DPREC_BIN=$DPREC is not an executable"
 elif [[ "$SURPRISE_ONLY" -eq 0 ]]; then
-    DPREC="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/dprec"
+    DPREC="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/dprec-lab"
     step "cargo build --release"
     (cd "$REPO_ROOT" && cargo build --release) || die "cargo build --release failed"
     [[ -x "$DPREC" ]] || die "$DPREC missing after the build"

@@ -10,7 +10,7 @@ every fold. For each fold it records
     test set are NOT included),
   * rmse / mae on the fold's test file,
 
-and writes JSON in the same shape as ``dprec eval --out`` so that
+and writes JSON in the same shape as ``dprec-lab eval --out`` so that
 bench/table.py can merge both:
 
   {"tool": "surprise",
@@ -124,7 +124,7 @@ def main(argv=None):
         "--repeats",
         type=int,
         default=1,
-        help="fit each fold this many times and report the median fit time (default 1, like dprec eval); "
+        help="fit each fold this many times and report the median fit time (default 1, like dprec-lab eval); "
         "all times are kept in train_seconds_all",
     )
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Merge Surprise and dprec benchmark JSON into one side-by-side markdown table.
 
-Inputs share one shape (see bench/surprise_compare.py and `dprec eval --out`):
+Inputs share one shape (see bench/surprise_compare.py and `dprec-lab eval --out`):
   {"runs": [{"trainer": ..., "params": {...}, "folds": [{"fold", "rmse", "mae",
              "train_seconds", ...}], "mean": {...}, "std": {...}}, ...]}
 
@@ -222,7 +222,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--surprise", required=True, help="JSON written by bench/surprise_compare.py")
     ap.add_argument(
-        "--dprec", action="append", default=[], help="[TAG=]PATH of a `dprec eval --out` JSON (repeatable)"
+        "--dprec", action="append", default=[], help="[TAG=]PATH of a `dprec-lab eval --out` JSON (repeatable)"
     )
     ap.add_argument("--out", help="markdown file to write (the table is always printed to stdout)")
     ap.add_argument("--note", action="append", default=[], help="extra line for the Notes section (repeatable)")

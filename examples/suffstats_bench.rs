@@ -18,7 +18,8 @@ use std::time::Instant;
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::store::suffstats_pg::{PgSource, PgStats};
 use dprec::store::Store;
-use dprec::train::topn::dp_topn::{sample_ratings, Contribution};
+use dprec::train::topn::contribution::Contribution;
+use dprec::train::topn::dp_topn::sample_ratings;
 use dprec::train::topn::suffstats::{GramSums, InProcess, StatsSource, SubsetKey};
 use dprec::train::{Labels, TrainData};
 

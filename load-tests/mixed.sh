@@ -10,7 +10,7 @@
 # 2. starts the service on 127.0.0.1 with a fresh store (SQLite file in a temp dir, or a
 #    fresh PostgreSQL database that is dropped at the end), scheduler off;
 # 3. imports the data through the API (`dprec import`): MovieLens-100K, or 1M synthetic
-#    ratings from `dprec synth --ratings 1000000`), and trains the first release;
+#    ratings from `dprec-lab synth --ratings 1000000`), and trains the first release;
 # 4. runs the client for --duration seconds (default 60): 28 readers (top-N of random
 #    existing users), 4 writers (batches of 100 ratings of existing users and items),
 #    /healthz every 100 ms, and admin releases back to back (trigger, wait, trigger);
@@ -54,7 +54,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
-cargo build --release --quiet --bin dprec --example load_mixed
+cargo build --release --quiet --bin dprec --bin dprec-lab --example load_mixed
 BIN=$TARGET/release/dprec
 CLIENT=$TARGET/release/examples/load_mixed
 WORK=$(mktemp -d)
@@ -73,7 +73,7 @@ case "$DATA" in
         USERS=943; ITEMS=1682 ;;
     synth1m)
         # 1M ratings written as user,item,rating CSV by the synthetic generator.
-        "$BIN" synth --preset ml100k --ratings 1000000 --seed 42 --out "$WORK/synth.csv" >&2
+        "$(dirname "$BIN")/dprec-lab" synth --preset ml100k --ratings 1000000 --seed 42 --out "$WORK/synth.csv" >&2
         DATADIR=$WORK/synth.csv
         USERS=$(cut -d, -f1 "$WORK/synth.csv" | sort -un | tail -1)
         ITEMS=$(cut -d, -f2 "$WORK/synth.csv" | sort -un | tail -1) ;;

@@ -7,7 +7,7 @@
 #   load-tests/release_memory.sh release --bin PATH --store DIR [--pg DB] [--releases N] [--env K=V]...
 #                                        [--between CSV]
 #
-# prepare  generates `dprec synth --preset P` (all its ratings, or N) and imports it through
+# prepare  generates `dprec-lab synth --preset P` (all its ratings, or N) and imports it through
 #          the API into a fresh store: SQLite DIR/dprec.sqlite, or with --pg the PostgreSQL
 #          database DB at 127.0.0.1:5432 (dropped and created); the admin key is kept in
 #          DIR/admin.key (SQLite: 20-24 min for 20M here with builds running);
@@ -85,7 +85,7 @@ hwm() { grep VmHWM "/proc/$server/status" | awk '{print $2}'; }
 case "$cmd" in
     prepare)
         csv="$scratch/synth.csv"
-        "$bin" synth --preset "$preset" ${ratings:+--ratings "$ratings"} --out "$csv"
+        "$(dirname "$bin")/dprec-lab" synth --preset "$preset" ${ratings:+--ratings "$ratings"} --out "$csv"
         if [ -n "$pg" ]; then
             psql_admin "DROP DATABASE IF EXISTS $pg WITH (FORCE)"
             psql_admin "CREATE DATABASE $pg"

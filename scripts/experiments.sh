@@ -18,8 +18,8 @@ cargo build --release --quiet
 DPREC=${CARGO_TARGET_DIR:-target}/release/dprec
 run() { # run NAME TITLE ARGS...
     local name="$1" title="$2"; shift 2
-    echo "==> $name: dprec eval $*" >&2
-    "$DPREC" eval --data "$DATA" --folds predefined --seed 0 --quiet \
+    echo "==> $name: dprec-lab eval $*" >&2
+    "$(dirname "$DPREC")/dprec-lab" eval --data "$DATA" --folds predefined --seed 0 --quiet \
         --title "$title" --out "$OUT/$name.json" --plot "$OUT/$name.svg" "$@" \
         | tee "$OUT/$name.txt"
 }

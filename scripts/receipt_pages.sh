@@ -15,8 +15,8 @@
 # --bin          the dprec binary (default target/release/dprec)
 # --user         the ML-100K user whose receipt is opened (default 1)
 # --out          where the screenshots go (default docs/figures)
-# --eval-report  a `dprec eval --out` report for the overview's quality table (default:
-#                one is made first, `dprec eval --trainer dp-topn --trainer popularity`
+# --eval-report  a `dprec-lab eval --out` report for the overview's quality table (default:
+#                one is made first, `dprec-lab eval --trainer dp-topn --trainer popularity`
 #                on ML-100K's five predefined folds, about 20 s)
 # Chromium comes from the distribution (`apt-get install -y chromium`; installed here when
 # missing and running as root). MovieLens-100K is read at $DPREC_ML100K_DIR or
@@ -55,9 +55,9 @@ export DATABASE_URL="sqlite://$scratch/dprec.sqlite"
 export DPREC_SCHEDULER__ENABLED=false
 if [ -z "$eval_report" ]; then
     eval_report="$scratch/eval.json"
-    echo "receipt_pages: dprec eval --trainer dp-topn --trainer popularity (the overview's quality figures)"
-    "$bin" eval --data "$data" --trainer dp-topn --trainer popularity --out "$eval_report" \
-        >"$scratch/eval.log" 2>&1 || fail "dprec eval: $(tail -3 "$scratch/eval.log")"
+    echo "receipt_pages: dprec-lab eval --trainer dp-topn --trainer popularity (the overview's quality figures)"
+    "$(dirname "$bin")/dprec-lab" eval --data "$data" --trainer dp-topn --trainer popularity --out "$eval_report" \
+        >"$scratch/eval.log" 2>&1 || fail "dprec-lab eval: $(tail -3 "$scratch/eval.log")"
 fi
 export DPREC_PAGES__EVAL_REPORT="$eval_report"
 start_service "$bin"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A rating predictor served end to end against `dprec eval` on MovieLens-100K u1
+# A rating predictor served end to end against `dprec-lab eval` on MovieLens-100K u1
 # (issue 21; docs/EVALUATION.md, "The joint-DP rating predictor" and "The papers'
 # trainers served in the rating-level mode"). Starts a scratch service (SQLite, real keys,
 # every setting at its default) with DPREC_TRAINER__NAME=TRAINER (and, for the rating-level
@@ -7,14 +7,14 @@
 # then runs RELEASES admin retrains; after each one it predicts every u1.test rating
 # through GET /v1/users/{user}/predictions (scripts/service_rmse.py) and checks that every
 # answer carries the trainer's guarantee (rating-level, or proven for dp-alt). Finally it
-# runs `dprec eval` on u1 with the trainer's
+# runs `dprec-lab eval` on u1 with the trainer's
 # defaults and, for pdp-pmf, with the per-rating budget the service gives every rating at
 # the default settings (eps_ij 12 x share 0.1, less the popularity eps 0.05 = 1.15: above
 # t = 0.4, so RSM keeps every rating), the served setting.
 #
 # With --prefs paper (pdp-pmf), u1.base is loaded with one eps_ij per rating drawn from the
 # paper's preference generator (scripts/import_paper_preferences.py), so the service's
-# per-rating budgets follow the preferences `dprec eval --trainer pdp-pmf` draws by default.
+# per-rating budgets follow the preferences `dprec-lab eval --trainer pdp-pmf` draws by default.
 #
 #   scripts/served_rmse.sh [--bin PATH] [--trainer pdp-pmf|dp-pmf|dp-alt] [--releases N]
 #                          [--passes N]   (N more timed passes with the solves cached)
@@ -97,6 +97,6 @@ else
     # the paper's preferences the service's budgets are eval's default preferences.
     served=""
 fi
-echo "\$ dprec eval --max-folds 1 --trainer $trainer $served"
+echo "\$ dprec-lab eval --max-folds 1 --trainer $trainer $served"
 # shellcheck disable=SC2086
-"$bin" eval --data "$data" --max-folds 1 --trainer "$trainer" $served 2>&1 | grep -E "^$trainer.* u1 "
+"$(dirname "$bin")/dprec-lab" eval --data "$data" --max-folds 1 --trainer "$trainer" $served 2>&1 | grep -E "^$trainer.* u1 "

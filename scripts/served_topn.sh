@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The served top-N end to end against `dprec eval` on MovieLens-100K u1 (issue 20; docs/
+# The served top-N end to end against `dprec-lab eval` on MovieLens-100K u1 (issue 20; docs/
 # EVALUATION.md, "The selecting rule served end to end"). Starts a scratch service (SQLite,
 # real keys, every setting at its default: `dp-topn` with the selecting split), imports
 # u1.base at the default eps_ij, then runs RELEASES admin retrains; after each one it scores
 # the top-10 of every u1.test user with a relevant item (scripts/service_ndcg.py) and prints
-# the selection's public record. Finally `dprec eval --trainer dp-topn --releases-seen N`
+# the selection's public record. Finally `dprec-lab eval --trainer dp-topn --releases-seen N`
 # on u1 for the same numbers of releases (SEEDS seeds each), what eval says is served.
 #
 #   scripts/served_topn.sh [--bin PATH] [--releases N] [--eval-at "1 5 10"] [--seeds "1 2 3"]
@@ -53,8 +53,8 @@ done
 
 for n in $eval_at; do
     for s in $seeds; do
-        echo "\$ dprec eval --max-folds 1 --trainer dp-topn --releases-seen $n --seed $s"
-        "$bin" eval --data "$data" --max-folds 1 --trainer dp-topn --releases-seen "$n" \
+        echo "\$ dprec-lab eval --max-folds 1 --trainer dp-topn --releases-seen $n --seed $s"
+        "$(dirname "$bin")/dprec-lab" eval --data "$data" --max-folds 1 --trainer dp-topn --releases-seen "$n" \
             --seed "$s" 2>&1 | grep -E "^dp-topn.* u1 "
     done
 done

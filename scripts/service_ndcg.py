@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 13's end-to-end check: the top-10 lists a running `dprec serve` gives every user
-of a MovieLens-100K test fold, scored like `dprec eval` scores them (relevant = held-out
+of a MovieLens-100K test fold, scored like `dprec-lab eval` scores them (relevant = held-out
 ratings >= 4, rated items excluded, users with a relevant item): precision, recall and
 NDCG at 10, and catalogue coverage. Import the fold's training file first, e.g.
 `dprec import --url B --api-key KEY ../shared/datasets/ml-100k/u1.base`, then retrain.

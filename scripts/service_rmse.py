@@ -2,7 +2,7 @@
 """The served rating predictor end to end: RMSE of the predicted ratings a running
 `dprec serve` gives for every (user, item) of a MovieLens-100K test fold, from
 `GET /v1/users/{user}/predictions` (each user's items in one request), scored like
-`dprec eval` scores them. Import the fold's training file first, e.g.
+`dprec-lab eval` scores them. Import the fold's training file first, e.g.
 `dprec import --url B --api-key KEY ../shared/datasets/ml-100k/u1.base`, then retrain.
 
 With --passes N (default 0) the same requests are sent N more times after the scored

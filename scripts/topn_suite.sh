@@ -5,7 +5,7 @@
 # ratings (`dp-popularity:liked=top`, the count rows dp-topn weighs), the non-private
 # popularity and EASE (where affordable) for reference, and what the releases spent the
 # rest of their budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
-# Release build first: nice -n 10 cargo build --release --bin dprec --example topn_bench
+# Release build first: nice -n 10 cargo build --release && nice -n 10 cargo build --release -p dprec-lab --example topn_bench
 # Usage: scripts/topn_suite.sh [--large] [--releases-seen N] [--noise-draws R] [--param key=value ...]
 #   --large    adds the ML-20M-size taste preset (138k users, 20M ratings; three seeds)
 #   --releases-seen N   every DP trainer as served after N releases of an unchanged store
@@ -43,8 +43,8 @@ for p in "${params[@]}"; do bench_params+=(--param "$p"); done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-# dprec eval prints the fold mean last; its NDCG@10 column.
-ndcg_eval() { nice -n 10 $B eval --data "$ML" --trainer "$1" --seed "$2" --releases-seen "$seen" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
+# dprec-lab eval prints the fold mean last; its NDCG@10 column.
+ndcg_eval() { nice -n 10 "$(dirname "$B")/dprec-lab" eval --data "$ML" --trainer "$1" --seed "$2" --releases-seen "$seen" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
 row() { # shape, branches, liked DP popularity, popularity, ease, below, then "topn pop" pairs
   python3 -c '
 import sys

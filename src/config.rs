@@ -135,7 +135,7 @@ pub struct TrainerSettings {
     /// it a rating-level trainer is refused ([`rating_level_refused`]).
     pub allow_rating_level: bool,
     /// Refused when set (issue 8 finding 8): a fixed seed replays the same noise in every
-    /// release, so two releases can be differenced. Seeds are for `dprec eval --seed` and
+    /// release, so two releases can be differenced. Seeds are for `dprec-lab eval --seed` and
     /// for tests (`release::Hooks::seed`). Kept as a key only to name it in the error.
     pub seed: Option<u64>,
 }
@@ -206,7 +206,7 @@ pub struct SchedulerSettings {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PageSettings {
-    /// A `dprec eval --out` JSON report whose mean figures the operator overview shows
+    /// A `dprec-lab eval --out` JSON report whose mean figures the operator overview shows
     /// (read at each request; none: the overview says it is not configured).
     pub eval_report: Option<String>,
 }
@@ -480,7 +480,7 @@ impl Settings {
         if let Some(seed) = self.trainer.seed {
             bail!(
                 "trainer.seed = {seed} is refused: a fixed seed replays the same noise in every \
-                 release, so releases could be differenced (seeds are for `dprec eval --seed` \
+                 release, so releases could be differenced (seeds are for `dprec-lab eval --seed` \
                  and tests); remove trainer.seed"
             );
         }

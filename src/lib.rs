@@ -20,7 +20,6 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod data;
-pub mod eval;
 pub mod lanes;
 pub mod ldp;
 pub mod metrics;

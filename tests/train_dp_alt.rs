@@ -113,7 +113,7 @@ fn the_user_side_is_solved_from_the_users_own_ratings() {
 #[test]
 fn learns_on_low_rank_data_and_rejects_bad_parameters() {
     let (train, test) = common::low_rank(300, 200, 2, 0.3, 3);
-    let fold = dprec::data::folds::Fold {
+    let fold = dprec_lab::folds::Fold {
         name: "low-rank".into(),
         train: train.clone(),
         test: test.clone(),
@@ -123,10 +123,11 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
         &Params::parse(&["eps=50", "releases=1", "eps_r=none"]).unwrap(),
     )
     .unwrap();
-    let res = dprec::eval::evaluate_fold_with(t.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
-        .unwrap();
+    let res =
+        dprec_lab::eval::evaluate_fold_with(t.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
+            .unwrap();
     let mu = train.mean();
-    let mean_only = dprec::eval::rmse(&vec![mu; test.len()], &test);
+    let mean_only = dprec::train::model::rmse(&vec![mu; test.len()], &test);
     assert!(
         res.rmse < mean_only - 0.05,
         "dp-alt {} vs mean-only {mean_only}",
@@ -153,9 +154,14 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
     .unwrap();
     assert_eq!(ridge.params()["solve"], "ridge");
     assert_eq!(t.params()["solve"], "eb", "the default read");
-    let res =
-        dprec::eval::evaluate_fold_with(ridge.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
-            .unwrap();
+    let res = dprec_lab::eval::evaluate_fold_with(
+        ridge.as_ref(),
+        &fold,
+        RatingScale::ONE_TO_FIVE,
+        2,
+        None,
+    )
+    .unwrap();
     assert!(
         res.rmse < mean_only - 0.05,
         "ridge {} vs {mean_only}",

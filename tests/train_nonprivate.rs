@@ -2,10 +2,10 @@
 
 use crate::common;
 
-use dprec::data::folds::{predefined_ml100k, Fold};
 use dprec::data::{Interactions, RatingScale};
-use dprec::eval::{evaluate_fold, mae, rmse};
 use dprec::train::{build, FactorModel, Params, TrainData};
+use dprec_lab::eval::{evaluate_fold, mae, rmse};
+use dprec_lab::folds::{predefined_ml100k, Fold};
 
 fn fit(name: &str, params: &[&str], train: &dprec::data::Ratings, seed: u64) -> FactorModel {
     let m = Interactions::new(train);

@@ -6,9 +6,8 @@
 
 use crate::common;
 
-use dprec::data::folds::predefined_ml100k;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::eval::rmse;
+use dprec::train::model::rmse;
 use dprec::train::predictors::objpert::{
     approximation_noise, budget_split, clip_rows, dp_item_step, solve_item, ItemStepConfig,
     MeanRelease,
@@ -18,6 +17,7 @@ use dprec_dp::accountant::PrivacyEvent;
 use dprec_dp::charges::{Neighbour, PrivacyUnit, PAPER_FAITHFUL};
 use dprec_dp::privacy::{sampling_probability, Threshold};
 use dprec_dp::rng::seeded;
+use dprec_lab::folds::predefined_ml100k;
 use ndarray::Array2;
 use rand::Rng;
 

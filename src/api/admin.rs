@@ -139,7 +139,7 @@ pub struct KeyList {
 
 fn key_view(k: crate::store::ApiKeyRow) -> Result<KeyView, ApiError> {
     Ok(KeyView {
-        id: crate::cli::keys::key_id(&k.hash).to_string(),
+        id: crate::api::keyring::key_id(&k.hash).to_string(),
         role: auth::parse_role(&k.role)
             .ok_or_else(|| ApiError::internal(format!("stored key has role {:?}", k.role)))?,
         user: k.user,
@@ -164,7 +164,7 @@ pub async fn create_key(
 ) -> Result<HttpResponse, ApiError> {
     let body: NewKey = json_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let role = auth::role_name(body.role);
-    let user = crate::cli::keys::check_role_user(
+    let user = crate::api::keyring::check_role_user(
         role,
         body.user.as_deref(),
         state.settings.ratings.max_id_len,
@@ -180,7 +180,7 @@ pub async fn create_key(
     Ok(HttpResponse::Created().json(CreatedKey {
         key,
         stored: KeyView {
-            id: crate::cli::keys::key_id(&hash).to_string(),
+            id: crate::api::keyring::key_id(&hash).to_string(),
             role: body.role,
             user,
             created_at: Some(created_at),
@@ -205,7 +205,7 @@ pub async fn list_keys(
         .map(key_view)
         .collect::<Result<Vec<_>, _>>()?;
     keys.extend(state.settings.auth.keys.iter().map(|k| KeyView {
-        id: crate::cli::keys::key_id(&auth::hash_key(&k.key)).to_string(),
+        id: crate::api::keyring::key_id(&auth::hash_key(&k.key)).to_string(),
         role: k.role,
         user: None,
         created_at: None,
@@ -227,7 +227,7 @@ pub async fn revoke_key(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    use crate::cli::keys::{find_by_id, KeyIdError};
+    use crate::api::keyring::{find_by_id, KeyIdError};
     let rows = state.store.api_key_rows().await?;
     let k = find_by_id(rows, &path).map_err(|e| match e {
         KeyIdError::Malformed(_) => ApiError::invalid("id", e.to_string()),

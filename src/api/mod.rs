@@ -5,6 +5,7 @@ pub mod auth;
 pub mod domain;
 pub mod health;
 pub mod items;
+pub mod keyring;
 pub mod models;
 pub mod openapi;
 pub mod pages;

@@ -3,13 +3,11 @@
 use clap::{Parser, Subcommand};
 
 pub mod accountant;
-pub mod eval;
 pub mod import;
 pub mod keys;
 pub mod openapi;
 pub mod perturb;
 pub mod serve;
-pub mod synth;
 
 /// dprec: differentially private recommendations with an honest privacy ledger.
 #[derive(Debug, Parser)]
@@ -29,14 +27,8 @@ pub enum Command {
     Keys(keys::KeysArgs),
     /// Print the OpenAPI document of the service.
     Openapi,
-    /// Cross-validate trainers: RMSE, MAE, ranking metrics and training time per fold,
-    /// JSON and SVG output.
-    Eval(Box<eval::EvalArgs>),
     /// Renyi-DP accountant: RDP curve and (eps, delta) for mechanism parameters.
     Accountant(accountant::AccountantArgs),
-    /// Seeded synthetic ratings (low rank + biases + noise, power-law popularity) as a
-    /// MovieLens-style CSV.
-    Synth(synth::SynthArgs),
     /// Client-side local DP: perturb a ratings file with the bounded Laplace mechanism and
     /// write the perturbed-rating JSON form (or `POST /v1/ratings` bodies).
     Perturb(perturb::PerturbArgs),
@@ -94,9 +86,7 @@ pub fn error_chain(e: &anyhow::Error) -> String {
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Eval(args) => eval::run(*args),
         Command::Accountant(args) => accountant::run(args),
-        Command::Synth(args) => synth::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Import(args) => import::run(args),
         Command::Openapi => openapi::run(),

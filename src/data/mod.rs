@@ -5,10 +5,8 @@
 //! user-major (CSR) and an item-major (CSC) view built once, so trainers can make
 //! per-user and per-item passes every epoch without copying the data.
 
-pub mod folds;
 pub mod movielens;
 pub mod sparse;
-pub mod synthetic;
 
 use std::collections::HashMap;
 

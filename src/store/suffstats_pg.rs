@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use sqlx::AnyPool;
 use sqlx::Row;
 
-use crate::train::topn::dp_topn::Contribution;
+use crate::train::topn::contribution::Contribution;
 use crate::train::topn::suffstats::{CountSums, GramSums, StatsSource, SubsetKey};
 use crate::train::TrainError;
 

@@ -13,7 +13,8 @@ pub mod predictors;
 pub mod topn;
 
 // What every family shares: charges, DP statistics, the model, parameters, the ranking
-// interface and the two units.
+// interface and the two units; and a trainer as served after several releases.
+pub mod after_releases;
 pub mod dp_stats;
 pub mod model;
 pub mod params;
@@ -26,6 +27,7 @@ use nonprivate::{als, baseline, sgd};
 use predictors::{dp_alt, gaussian_mf, objpert};
 use topn::{dp_topn, references};
 
+pub use after_releases::AfterReleases;
 pub use dprec_dp::charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};

@@ -68,3 +68,24 @@ impl FactorModel {
             .collect()
     }
 }
+
+/// Root mean squared error of `pred` against the values of `truth`.
+pub fn rmse(pred: &[f64], truth: &Ratings) -> f64 {
+    let n = truth.len().max(1) as f64;
+    let se: f64 = pred
+        .iter()
+        .zip(&truth.values)
+        .map(|(p, &t)| (p - t as f64).powi(2))
+        .sum();
+    (se / n).sqrt()
+}
+
+/// Mean absolute error of `pred` against the values of `truth`.
+pub fn mae(pred: &[f64], truth: &Ratings) -> f64 {
+    let n = truth.len().max(1) as f64;
+    pred.iter()
+        .zip(&truth.values)
+        .map(|(p, &t)| (p - t as f64).abs())
+        .sum::<f64>()
+        / n
+}

@@ -16,10 +16,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::RatingScale;
 use dprec::retrain::Hooks;
 use dprec::store::{Defaults, NewRating};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -8,7 +8,8 @@
 use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::store::suffstats_pg::{PgSource, PgStats};
 use dprec::store::{Defaults, NewRating, Store};
-use dprec::train::topn::dp_topn::{sample_ratings, Contribution, DpTopN, GramRelease};
+use dprec::train::topn::contribution::Contribution;
+use dprec::train::topn::dp_topn::{sample_ratings, DpTopN, GramRelease};
 use dprec::train::topn::suffstats::{GramSums, InProcess, StatsSource, SubsetKey};
 use dprec::train::{Labels, Params, TrainData};
 use rand::{Rng, SeedableRng};

@@ -4,10 +4,10 @@
 //! without a retrain, and survives a restart (the ranker is stored with the release).
 
 use dprec::data::{Interactions, Ratings};
-use dprec::eval::ranking::{list_metrics, top_k};
-use dprec::eval::{ranking_metrics, RankingConfig};
 use dprec::retrain::Hooks;
 use dprec::serve::StoredModel;
+use dprec_lab::eval::ranking::{list_metrics, top_k};
+use dprec_lab::eval::{ranking_metrics, RankingConfig};
 
 use crate::api::helpers::*;
 use crate::both_backends;

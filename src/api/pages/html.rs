@@ -57,7 +57,7 @@ pub fn num(v: Option<f64>, digits: usize) -> String {
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn time(ms: i64) -> String {
-    crate::cli::keys::time_utc(ms)
+    crate::api::keyring::time_utc(ms)
 }
 
 /// A serialised enum's name (`user`, `add-remove`, `proven`).

@@ -230,7 +230,7 @@ async fn mint(
     Ok(HttpResponse::Created().json(PageLink {
         path: format!("{path}{}", html::query(&[("link", token)])),
         expires_at,
-        key_id: crate::cli::keys::key_id(&hash).to_string(),
+        key_id: crate::api::keyring::key_id(&hash).to_string(),
     }))
 }
 
@@ -284,7 +284,7 @@ pub struct OverviewQuery {
 
 /// The operator overview (HTML, admin): releases and their mechanisms, the plan and
 /// where the service is in it, the newest jobs, live users by the share of their budget
-/// left (an exact aggregate, admin only), the mean figures of the `dprec eval` report
+/// left (an exact aggregate, admin only), the mean figures of the `dprec-lab eval` report
 /// named by `pages.eval_report`, and links to `/docs` and `/metrics`. Opens with an admin
 /// key as a bearer header or `?link=` from `POST /v1/admin/overview/links`; every other
 /// request gets 403.

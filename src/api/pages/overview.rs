@@ -1,6 +1,6 @@
 //! The operator's overview page (admin): releases and their mechanisms, the plan and
 //! where the service is in it, jobs, users by budget left (an exact aggregate, admin
-//! only), the quality figures of the last `dprec eval` run if configured. Pure: the
+//! only), the quality figures of the last `dprec-lab eval` run if configured. Pure: the
 //! handler gathers the data, [`render`] writes the HTML.
 
 use serde::Deserialize;
@@ -73,7 +73,7 @@ pub fn budget_left<'a>(users: impl IntoIterator<Item = &'a UserBudget>) -> Budge
     b
 }
 
-/// The mean figures of one run of a `dprec eval --out` report.
+/// The mean figures of one run of a `dprec-lab eval --out` report.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct EvalRun {
     pub trainer: String,
@@ -101,15 +101,15 @@ pub struct EvalFigures {
     pub runs: Vec<EvalRun>,
 }
 
-/// Parses a `dprec eval --out` report (`{"data": ..., "runs": [...]}`).
+/// Parses a `dprec-lab eval --out` report (`{"data": ..., "runs": [...]}`).
 pub fn parse_eval(path: &str, text: &str, written_at: Option<i64>) -> Result<EvalFigures, String> {
     #[derive(Deserialize)]
     struct Report {
         data: String,
         runs: Vec<EvalRun>,
     }
-    let r: Report =
-        serde_json::from_str(text).map_err(|e| format!("{path}: not a dprec eval report: {e}"))?;
+    let r: Report = serde_json::from_str(text)
+        .map_err(|e| format!("{path}: not a dprec-lab eval report: {e}"))?;
     Ok(EvalFigures {
         path: path.into(),
         data: r.data,
@@ -262,7 +262,7 @@ fn eval_section(eval: Option<&Result<EvalFigures, String>>) -> String {
     match eval {
         None => out.push_str(
             "<p>Not configured: set <code>pages.eval_report</code> to the JSON report of \
-             <code>dprec eval --out FILE</code> to show its figures here.</p>\n",
+             <code>dprec-lab eval --out FILE</code> to show its figures here.</p>\n",
         ),
         Some(Err(e)) => out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(e))),
         Some(Ok(f)) => {

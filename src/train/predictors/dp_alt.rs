@@ -83,7 +83,7 @@ pub struct DpAlt {
 }
 
 impl Default for DpAlt {
-    /// The service's calibration (`dprec eval` runs what is served): the default user
+    /// The service's calibration (`dprec-lab eval` runs what is served): the default user
     /// budget and lifetime plan of the configuration (calibrated through the same Renyi
     /// filter as the service's, so the service adds no factor), and as the per-rating
     /// budget the share a rating with the default eps_ij may spend on its first release.

@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
+use crate::train::topn::contribution::{Contribution, Liked};
 use crate::train::topn::history::{drift_for, CountHistory, GramState};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram, ListHits};
@@ -120,7 +121,7 @@ impl ReleasePlan {
 
 /// The per-rating budget the service gives a rating with the default eps_ij on its first
 /// release (`dprec_dp::defaults`: share 0.1 of eps_ij 12, so 1.2): the default `eps_r` of
-/// the trainers `dprec eval` runs as served (a trainer that publishes its own DP counts
+/// the trainers `dprec-lab eval` runs as served (a trainer that publishes its own DP counts
 /// gets the whole share: the service runs no separate popularity release for it).
 pub fn served_eps_r() -> Option<f64> {
     use dprec_dp::defaults as b;
@@ -135,92 +136,6 @@ pub fn eps_r_param(p: &Params, default: Option<f64>) -> Result<Option<f64>, Trai
         Some("none") => None,
         Some(_) => Some(p.positive("eps_r", 1.0)?),
     })
-}
-
-/// Per-user contribution bounds, public and fixed before data.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Contribution {
-    /// At most this many ratings per user enter a release (random subset by keyed hash).
-    pub cap: usize,
-    /// L2 bound of a user's count row.
-    pub count_clip: f64,
-    /// L2 bound of a user's Gram row (over the candidates).
-    pub gram_clip: f64,
-    /// Ratings with a value at or above this are the user's "liked" items ([`Liked`]);
-    /// `None`: every rating is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub liked_min: Option<f64>,
-    /// Weight of a rating below `liked_min` in the count row (in `[0, 1]`; liked ones
-    /// weigh 1) before the row is clipped to `count_clip`. The Gram rows are binary.
-    pub unliked_weight: f64,
-}
-
-impl Contribution {
-    /// The count rows' sensitivities (`C_c` per user, `sqrt 2` per rating) assume every
-    /// rating weighs at most 1: `unliked_weight` must be in `[0, 1]`, and a liked
-    /// threshold must be a finite value.
-    pub fn check_weights(&self, liked: &Liked) -> Result<(), TrainError> {
-        if !(0.0..=1.0).contains(&self.unliked_weight) {
-            return Err(invalid(
-                "unliked_weight",
-                "must be in [0, 1] (a rating weighs at most 1 in the count rows)",
-            ));
-        }
-        if let Liked::AtLeast(v) | Liked::TopOfScale(v) = *liked {
-            if !v.is_finite() {
-                return Err(invalid("liked", "must be all, top or a finite value"));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Which ratings are a user's liked ones: a top-N list is for items users will like
-/// (held-out ratings at the top of the scale, DESIGN 6a), so by default a release's count
-/// rows weigh the liked ratings 1 and the others less ([`Contribution::unliked_weight`]).
-/// A public rule on the configured scale, never on the data.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Liked {
-    /// Every rating, whatever its value.
-    All,
-    /// Values at or above `min + share (max - min)` of the scale.
-    TopOfScale(f64),
-    /// Values at or above this.
-    AtLeast(f64),
-}
-
-impl Liked {
-    /// The default: the top quarter of the scale (4 and 5 on 1..5, 4 to 5 in half stars
-    /// on 0.5..5), the eval's relevance threshold (`eval::RankingConfig`).
-    pub const DEFAULT: Liked = Liked::TopOfScale(0.75);
-
-    /// `liked=all|top|<value>` (`top`: [`Liked::DEFAULT`]).
-    pub fn from_params(p: &Params, default: Liked) -> Result<Self, TrainError> {
-        Ok(match p.get_str("liked") {
-            None => default,
-            Some("all") => Liked::All,
-            Some("top") => Liked::DEFAULT,
-            Some(_) => Liked::AtLeast(p.f64("liked", 0.0)?),
-        })
-    }
-
-    /// The parameter's value (`liked=...`) that gives this rule.
-    pub fn param(&self) -> serde_json::Value {
-        match *self {
-            Liked::All => "all".into(),
-            Liked::TopOfScale(_) => "top".into(),
-            Liked::AtLeast(v) => v.into(),
-        }
-    }
-
-    /// The smallest value counted on `scale` (`None`: all).
-    pub fn min_value(&self, scale: crate::data::RatingScale) -> Option<f64> {
-        match *self {
-            Liked::All => None,
-            Liked::TopOfScale(share) => Some(scale.min + share * scale.width()),
-            Liked::AtLeast(v) => Some(v),
-        }
-    }
 }
 
 /// Rating-level (add/remove one rating) Gaussian multiplier of the count + Gram release
@@ -617,30 +532,6 @@ pub fn select_candidates(noisy: &[f64], min_count: f64, k: usize) -> Vec<u32> {
 pub fn gram(rows: &[Vec<u32>], n_items: usize, candidates: &[u32], clip: f64) -> Vec<f64> {
     let pos = candidate_positions(n_items, candidates);
     GramSums::of_rows(rows, &pos, candidates.len(), clip).symmetric()
-}
-
-/// The trace of [`gram`] without the matrix: `sum_u ||x_u||^2 = sum_u min(m_u, clip^2)`
-/// over users with `m_u >= 1` of their items among the candidates.
-pub fn gram_trace<R: AsRef<[u32]>>(
-    rows: &[R],
-    n_items: usize,
-    candidates: &[u32],
-    clip: f64,
-) -> f64 {
-    let mut is_candidate = vec![false; n_items];
-    candidates
-        .iter()
-        .for_each(|&j| is_candidate[j as usize] = true);
-    rows.iter()
-        .map(|row| {
-            row.as_ref()
-                .iter()
-                .filter(|&&j| is_candidate[j as usize])
-                .count()
-        })
-        .filter(|&m| m > 0)
-        .map(|m| (m as f64).min(clip * clip))
-        .sum()
 }
 
 /// Two independent noisy releases of the same counts pooled by inverse variance, and the
@@ -2046,6 +1937,7 @@ impl DpTopN {
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
+    use crate::train::topn::suffstats::gram_trace;
     use rand::seq::{IndexedRandom, SliceRandom};
 
     /// A Gram over 6 candidates with eigenvalues 100 and 40 (orthonormal directions) and
@@ -2734,7 +2626,7 @@ mod tests {
         let he = held_out_hits(&m, &held, &|own, out| r.score_items(None, own, out));
         let hc = held_out_hits(&m, &held, &|own, out| counts.score_items(None, own, out));
         assert!(he as f64 >= 1.5 * hc as f64, "served {he} vs counts {hc}");
-        let after = crate::eval::AfterReleases {
+        let after = crate::train::AfterReleases {
             inner: std::sync::Arc::from(
                 crate::train::build(
                     "dp-topn",

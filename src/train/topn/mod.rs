@@ -3,6 +3,7 @@
 //! popularity, EASE) every served list is judged against.
 
 pub mod continual;
+pub mod contribution;
 pub mod dp_topn;
 pub mod history;
 pub mod item_ranker;

@@ -6,7 +6,8 @@
 //! - `ease`: EASE (Steck 2019) on the exact binary Gram of the whole catalogue
 //!   (non-private, lambda 300 by default).
 
-use crate::train::topn::dp_topn::{self, Contribution, DpTopN, ReleasePlan};
+use crate::train::topn::contribution::{Contribution, Liked};
+use crate::train::topn::dp_topn::{self, DpTopN, ReleasePlan};
 use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use dprec_dp::accountant::PrivacyEvent;
@@ -113,7 +114,7 @@ impl DpPopularity {
                 ..d.contribution
             },
             // The plain reference counts every rating (`liked=top`: the liked ones only).
-            liked: dp_topn::Liked::from_params(p, dp_topn::Liked::All)?,
+            liked: Liked::from_params(p, Liked::All)?,
             threshold: p.non_negative("threshold", 0.0)?,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,

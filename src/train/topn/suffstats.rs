@@ -21,7 +21,7 @@ use rand::RngCore;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::train::topn::dp_topn::{gram_trace, Contribution};
+use crate::train::topn::contribution::Contribution;
 use crate::train::TrainError;
 use dprec_dp::rng::DpRng;
 
@@ -481,11 +481,36 @@ impl StatsSource for InProcess<'_> {
     }
 }
 
+/// The trace of [`gram`] without the matrix: `sum_u ||x_u||^2 = sum_u min(m_u, clip^2)`
+/// over users with `m_u >= 1` of their items among the candidates.
+pub fn gram_trace<R: AsRef<[u32]>>(
+    rows: &[R],
+    n_items: usize,
+    candidates: &[u32],
+    clip: f64,
+) -> f64 {
+    let mut is_candidate = vec![false; n_items];
+    candidates
+        .iter()
+        .for_each(|&j| is_candidate[j as usize] = true);
+    rows.iter()
+        .map(|row| {
+            row.as_ref()
+                .iter()
+                .filter(|&&j| is_candidate[j as usize])
+                .count()
+        })
+        .filter(|&m| m > 0)
+        .map(|m| (m as f64).min(clip * clip))
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
-    use crate::train::topn::dp_topn::{sample_ratings, Contribution};
+    use crate::train::topn::contribution::Contribution;
+    use crate::train::topn::dp_topn::sample_ratings;
     use crate::train::TrainData;
     use rand::Rng;
 

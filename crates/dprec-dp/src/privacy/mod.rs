@@ -24,7 +24,6 @@
 //! The claims, units, neighbour relations and the tests that guard each scale are listed
 //! in `docs/privacy/mechanisms.md`.
 
-pub mod audit;
 pub mod bounded_laplace;
 pub mod continuous;
 pub mod discrete;

@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::Interactions;
+use dprec_lab::synthetic::{self, SyntheticConfig};
 
 fn peak_rss() -> String {
     std::fs::read_to_string("/proc/self/status")

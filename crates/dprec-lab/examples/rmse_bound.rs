@@ -32,12 +32,12 @@
 
 use std::path::PathBuf;
 
-use dprec::data::folds::{self, Fold};
 use dprec::data::{movielens, Interactions, RatingScale};
 use dprec::train::nonprivate::baseline::fit_biases;
 use dprec::train::predictors::dp_alt::DpAlt;
 use dprec::train::topn::dp_topn::ReleasePlan;
 use dprec_dp::rng::DpRng;
+use dprec_lab::folds::{self, Fold};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 
@@ -86,7 +86,7 @@ fn rmse(f: &Fold, scale: RatingScale, mean: f64, ub: &[f64], ib: &[f64]) -> f64 
     let pred: Vec<f64> = (0..t.len())
         .map(|p| scale.clamp(mean + ub[t.users[p] as usize] + ib[t.items[p] as usize]))
         .collect();
-    dprec::eval::rmse(&pred, t)
+    dprec::train::model::rmse(&pred, t)
 }
 
 /// User biases from the user's own ratings given item biases (the joint-DP user side).

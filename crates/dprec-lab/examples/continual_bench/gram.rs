@@ -309,7 +309,7 @@ fn ranking(served: &[Served], cand: &[&[u32]], next: &[NextPeriod], k: usize) ->
                     list.push(j);
                 }
             }
-            g += dprec::eval::ranking::list_metrics(&list, rel, 10).2;
+            g += dprec_lab::eval::ranking::list_metrics(&list, rel, 10).2;
         }
         ndcg += g / np.users.len() as f64;
         n += 1;

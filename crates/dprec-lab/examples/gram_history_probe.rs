@@ -19,17 +19,14 @@
 //!     [--select-share 0.05] [--explore 5] [--margin 1.5]
 //! ```
 //!
-//! `--preset NAME`: a synthetic preset (`dprec synth --preset`) instead of ML-100K, generated
+//! `--preset NAME`: a synthetic preset (`dprec-lab synth --preset`) instead of ML-100K, generated
 //! with the seed, one random 80/20 fold per seed (`--folds` ignored; every rating takes
 //! full part, `eps_r=none`, as in the suite's presets).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dprec::data::folds::{self, Fold};
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::{Interactions, RatingScale};
-use dprec::eval::{ranking_metrics, AfterReleases, RankingConfig};
 use dprec::numerics::sym_eigen::top_eigen;
 use dprec::train::topn::dp_topn::{
     ease_weights, noise_edge, select_candidates, DpTopN, GramRelease,
@@ -37,6 +34,9 @@ use dprec::train::topn::dp_topn::{
 use dprec::train::topn::history::{drift_for, CountHistory};
 use dprec::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use dprec::train::{self, Params, TrainData, Trainer};
+use dprec_lab::eval::{ranking_metrics, AfterReleases, RankingConfig};
+use dprec_lab::folds::{self, Fold};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 
 fn main() -> anyhow::Result<()> {
     let (mut data, mut releases, mut seeds, mut n_folds, mut edges) = (

@@ -11,9 +11,9 @@
 
 use std::time::Instant;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::Interactions;
 use dprec::train::{self, Params, TrainData};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 
 fn main() -> anyhow::Result<()> {
     let mut neighbours = 500usize;

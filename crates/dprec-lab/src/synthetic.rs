@@ -51,7 +51,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use rayon::prelude::*;
 
-use super::{DataError, Dataset, IdMap, RatingScale, Ratings};
+use dprec::data::{DataError, Dataset, IdMap, RatingScale, Ratings};
 use dprec_dp::rng::{self, DpRng};
 
 /// ChaCha stream of the item parameters (users use streams `0..n_users`).

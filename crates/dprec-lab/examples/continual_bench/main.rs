@@ -36,11 +36,11 @@ use std::path::PathBuf;
 
 mod gram;
 
-use dprec::eval::ranking::list_metrics;
 use dprec::train::topn::dp_topn::{DpTopN, ReleasePlan};
 use dprec::train::topn::history::{drift_for, CountHistory};
 use dprec_dp::privacy::tree::{levels, ArrivalCap, TreeCounter};
 use dprec_dp::rng::{seeded, split, DpRng};
+use dprec_lab::eval::ranking::list_metrics;
 use rand::seq::SliceRandom;
 
 /// One rating of u.data (0-based ids).

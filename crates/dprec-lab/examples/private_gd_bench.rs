@@ -12,10 +12,10 @@
 
 use std::time::Instant;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::Interactions;
 use dprec::ldp::private_gd::{next_state, Recovery, RoundState};
 use dprec::train::local::private_gd::{simulate_round, PrivateGd};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 use rand::Rng;
 
 fn main() -> anyhow::Result<()> {

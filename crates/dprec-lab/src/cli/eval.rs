@@ -1,4 +1,4 @@
-//! `dprec eval`: k-fold cross validation of trainers, with a table on stdout, a JSON
+//! `dprec-lab eval`: k-fold cross validation of trainers, with a table on stdout, a JSON
 //! report and an SVG plot.
 
 use std::path::PathBuf;
@@ -8,13 +8,13 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::config::Settings;
-use crate::data::folds::{self, Fold};
-use crate::data::movielens::{self, Format};
-use crate::data::RatingScale;
 use crate::eval::{self, plot, RunReport, SweepPoint};
-use crate::release::{steps, ReleaseConfig};
-use crate::train::{self, ParamError, Params, TrainError, Trainer};
+use crate::folds::{self, Fold};
+use dprec::config::Settings;
+use dprec::data::movielens::{self, Format};
+use dprec::data::RatingScale;
+use dprec::release::{steps, ReleaseConfig};
+use dprec::train::{self, ParamError, Params, TrainError, Trainer};
 use dprec_dp::accountant::PrivacyEvent;
 
 /// Which folds to evaluate on.
@@ -29,7 +29,7 @@ pub enum FoldScheme {
     Random,
 }
 
-/// Arguments of `dprec eval`.
+/// Arguments of `dprec-lab eval`.
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
     /// MovieLens directory (u.data, ratings.dat or ratings.csv, and u1..u5 splits) or a
@@ -96,7 +96,7 @@ pub struct EvalArgs {
     /// large data) [default: all].
     #[arg(long)]
     pub rank_users: Option<usize>,
-    /// Title of the SVG plot [default: "dprec eval on DATA"].
+    /// Title of the SVG plot [default: "dprec-lab eval on DATA"].
     #[arg(long)]
     pub title: Option<String>,
     /// No progress bar.
@@ -189,7 +189,7 @@ fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
 type Job = (String, Arc<dyn Trainer>, Option<SweepPoint>);
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    super::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
+    dprec::cli::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
     let sweep = parse_sweep(&args)?;
     // Build every trainer first, so a bad parameter fails before any work is done.
     let jobs = build_jobs(&args, &sweep)?;
@@ -281,7 +281,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
     Ok(jobs)
 }
 
-/// How a private trainer runs in `dprec eval` beside how the service would serve it at
+/// How a private trainer runs in `dprec-lab eval` beside how the service would serve it at
 /// its default configuration (`release::steps::calibrate`, the service's own path).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Calibration {
@@ -492,7 +492,7 @@ fn with_sd(mean: f64, sd: f64) -> String {
 /// The JSON report (`--out`) and the plot (`--plot`), when asked for.
 fn write_outputs(args: &EvalArgs, report: &EvalReport) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
-        super::create_parent(path)?;
+        dprec::cli::create_parent(path)?;
         let json = serde_json::to_string_pretty(report)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
@@ -500,8 +500,8 @@ fn write_outputs(args: &EvalArgs, report: &EvalReport) -> anyhow::Result<()> {
         let title = args
             .title
             .clone()
-            .unwrap_or_else(|| format!("dprec eval on {}", args.data.display()));
-        super::create_parent(path)?;
+            .unwrap_or_else(|| format!("dprec-lab eval on {}", args.data.display()));
+        dprec::cli::create_parent(path)?;
         plot::write_svg(&report.runs, &title, path, args.plot_metric)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -519,13 +519,13 @@ mod tests {
         eval: EvalArgs,
     }
 
-    /// The trainers `dprec eval` builds from these arguments.
+    /// The trainers `dprec-lab eval` builds from these arguments.
     fn jobs(args: &[&str]) -> Vec<Job> {
         let cli = Cli::try_parse_from(std::iter::once("eval").chain(args.iter().copied())).unwrap();
         build_jobs(&cli.eval, &parse_sweep(&cli.eval).unwrap()).unwrap()
     }
 
-    /// Issue 20 item 4: `dprec eval --trainer NAME` with no parameters runs what the
+    /// Issue 20 item 4: `dprec-lab eval --trainer NAME` with no parameters runs what the
     /// service serves when `trainer.name = NAME` and everything else is default: the
     /// service's own trainer build and calibration (`startup::trainer_from_settings`,
     /// `release::steps::calibrate`) change no parameter, charge exactly eval's per-release
@@ -537,7 +537,7 @@ mod tests {
             let (_, here, _) = jobs(&["--trainer", name]).remove(0);
             let mut s = Settings::default();
             s.trainer.name = name.into();
-            let service = crate::startup::trainer_from_settings(&s).unwrap();
+            let service = dprec::startup::trainer_from_settings(&s).unwrap();
             let cfg = ReleaseConfig::from_settings(&s).unwrap();
             for m in [1, 1682] {
                 let (served, popularity_eps, event) = steps::calibrate(&cfg, &service, m).unwrap();

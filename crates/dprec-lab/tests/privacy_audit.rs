@@ -1,7 +1,7 @@
 //! The empirical privacy test (issue 8): for a small synthetic data set, run the service's
 //! real mechanisms many times on D and on D' (one rating added; one user added), apply a
 //! threshold distinguisher to a released statistic, and check that the Clopper-Pearson
-//! lower bound on eps it implies (`dprec_dp::privacy::audit`) is BELOW the eps the ledger
+//! lower bound on eps it implies (`dprec_lab::audit`) is BELOW the eps the ledger
 //! charges; and that the same audit finds a bound ABOVE the charged eps when the noise
 //! scale is halved or the noise is missing, so these tests would catch either defect.
 //!
@@ -15,8 +15,8 @@ use dprec::train::dp_stats::dp_popularity;
 use dprec::train::predictors::gaussian_mf::UserOffsets;
 use dprec::train::predictors::ssp::{noisy_statistics, SspConfig};
 use dprec_dp::accountant::{default_orders, eps_from_rdp, PrivacyEvent};
-use dprec_dp::privacy::audit::{audit, AuditConfig};
 use dprec_dp::rng::seeded;
+use dprec_lab::audit::{audit, AuditConfig};
 
 fn pure(trials: usize) -> AuditConfig {
     AuditConfig {

@@ -1,9 +1,9 @@
-//! `dprec eval` end to end: random k-fold on a small CSV, JSON report, SVG plot, errors.
+//! `dprec-lab eval` end to end: random k-fold on a small CSV, JSON report, SVG plot, errors.
 
 use std::process::Command;
 
 fn dprec() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dprec"))
+    Command::new(env!("CARGO_BIN_EXE_dprec-lab"))
 }
 
 /// A small MovieLens "latest" style CSV with a learnable structure.
@@ -94,4 +94,26 @@ fn errors_name_what_is_wrong() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("bad.csv:3:"), "{err}");
+    // --data that does not exist: where it was looked for.
+    let o = dprec()
+        .args(["eval", "--trainer", "baseline", "--data", "no/such/dir"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("no/such/dir") && err.contains("relative to the working directory"),
+        "{err}"
+    );
+    // DPREC_ML100K_DIR is the default of --data.
+    let o = dprec()
+        .args(["eval", "--trainer", "baseline"])
+        .env("DPREC_ML100K_DIR", "/no/such/ml-100k")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("/no/such/ml-100k"),
+        "{err}"
+    );
 }

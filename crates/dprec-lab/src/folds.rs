@@ -4,8 +4,8 @@ use std::path::Path;
 
 use rand::seq::SliceRandom;
 
-use super::movielens::{self, Format};
-use super::{DataError, IdMap, RatingScale, Ratings};
+use dprec::data::movielens::{self, Format};
+use dprec::data::{DataError, IdMap, RatingScale, Ratings};
 
 /// One cross-validation fold. Both halves share one index space.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! `dprec synth`: writes a seeded synthetic rating set as a MovieLens-style CSV.
+//! `dprec-lab synth`: writes a seeded synthetic rating set as a MovieLens-style CSV.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::data::synthetic::{self, SyntheticConfig};
+use crate::synthetic::{self, SyntheticConfig};
 
-/// Size presets of `dprec synth`.
+/// Size presets of `dprec-lab synth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Preset {
     /// MovieLens-100K sized: 943 users, 1682 items, 100,000 ratings, 1..5 stars.
@@ -35,7 +35,7 @@ pub enum Preset {
     Ml1mTaste,
 }
 
-/// Arguments of `dprec synth`.
+/// Arguments of `dprec-lab synth`.
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
     /// Size and model preset [default: ml100k].

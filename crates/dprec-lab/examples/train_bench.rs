@@ -13,9 +13,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::{movielens, Dataset, Interactions};
 use dprec::train::{self, Params, TrainData};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

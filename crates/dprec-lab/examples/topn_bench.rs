@@ -11,7 +11,7 @@
 //! noise can be redrawn on the same data and split (the spread of a ratio over noise alone).
 //!
 //! `--releases-seen N` (quality): every DP trainer is fitted N times on the training split,
-//! each fit continuing the previous one's counts filter state (`dprec::eval::AfterReleases`:
+//! each fit continuing the previous one's counts filter state (`dprec_lab::eval::AfterReleases`:
 //! what the service serves after N releases of an unchanged store). With `--arrivals` the
 //! store grows instead: release r of N sees a random r/N of the training ratings.
 //!
@@ -24,10 +24,10 @@
 
 use std::time::Instant;
 
-use dprec::data::synthetic::{self, SyntheticConfig};
 use dprec::data::{Interactions, Ratings};
-use dprec::eval::{ranking_metrics, RankingConfig};
 use dprec::train::{self, Params, Ranker, TrainData, Trainer};
+use dprec_lab::eval::{ranking_metrics, RankingConfig};
+use dprec_lab::synthetic::{self, SyntheticConfig};
 use rand::Rng;
 
 fn peak_rss() -> String {
@@ -174,7 +174,7 @@ fn main() -> anyhow::Result<()> {
         runs.push(("ease", "ease", Vec::new()));
     }
     for (name, trainer, tp) in runs {
-        let t = dprec::eval::AfterReleases {
+        let t = dprec_lab::eval::AfterReleases {
             inner: std::sync::Arc::from(train::build(trainer, &Params::parse(&tp)?)?),
             releases: releases_seen,
             arrivals,

@@ -215,7 +215,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::seeded;
+    use dprec_dp::rng::seeded;
 
     #[test]
     fn binomial_cdf_small_cases() {
