@@ -13,7 +13,7 @@ from lists itself). NDCG@10 and P@10 are averaged over users within a period, th
 the periods that have such users. One line per period goes to --csv.
 
 Usage: scripts/continual_replay.py BASE_URL ADMIN_KEY U_DATA PERIODS [--csv FILE]
-Standard library only. Run by scripts/continual_replay.sh (docs/EVALUATION.md).
+Standard library only. Run by scripts/continual_replay.sh (crates/dprec-lab/notes/eval-04-continual-release.md).
 """
 import json
 import math
