@@ -11,6 +11,7 @@ mod api;
 mod cli_accountant;
 mod cli_eval;
 mod cli_keys;
+mod docs;
 mod honest_releases;
 mod privacy_audit;
 mod toolchain;
