@@ -22,7 +22,7 @@ set -euo pipefail
 # Surprise SVD(n_factors=20) settings, for an equal-settings row (Surprise: lr_all=0.005,
 # reg_all=0.02, init_std_dev=0.1, no learning-rate decay).
 SGD_EQUAL="d=20 epochs=20 lr=0.005 reg=0.02 reg_bias=0.02 init_sd=0.1 lr_decay=1"
-# dprec's sgd-mf defaults (tuned on u1..u5 mean RMSE, see docs/EVALUATION.md).
+# dprec's sgd-mf defaults (tuned on u1..u5 mean RMSE, see crates/dprec-lab/notes/eval-01-calibration-and-nonprivate.md).
 SGD_TUNED="d=100 epochs=40 lr=0.005 reg=0.06 reg_bias=0.02 lr_decay=0.99"
 # dprec's als-mf defaults (ALS-WR weighting).
 ALS_TUNED="d=20 epochs=15 reg=0.1"

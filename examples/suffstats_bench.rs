@@ -6,7 +6,7 @@
 //!     --csv ratings.csv [--table r] [--partitions rp_ 4] [--cap 256] [--k 200]
 //! ```
 //!
-//! The ratings are read from the MovieLens-style CSV (`dprec synth`) for the in-process
+//! The ratings are read from the MovieLens-style CSV (`dprec-lab synth`) for the in-process
 //! side and from `--table` (a `(user_id, item_id, value)` table holding the same CSV) for the
 //! database side; with `--partitions PREFIX S` also from the S partitions `PREFIX0 ..`
 //! of a table hash-partitioned by user, one query per partition, run concurrently and

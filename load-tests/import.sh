@@ -8,7 +8,7 @@
 # afterwards), imports DIR through the batch API (`dprec import`, 5,000 ratings per
 # request, eps 1.0), stops the service and prints the import's ratings/s. --bin picks the
 # binary (default: the release build in $CARGO_TARGET_DIR or target/, built if missing),
-# so two builds can be measured back to back. Results: docs/BENCHMARKS.md (issue 22).
+# so two builds can be measured back to back. Results: docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKEND=sqlite

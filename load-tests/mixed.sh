@@ -25,7 +25,7 @@
 # Diagnostics: LOAD_TIMELINE=FILE makes the client write per-second p50/p99/max per
 # endpoint; MIXED_KEEP_LOG=FILE keeps the server log (release stages, commit phases).
 #
-# Results and the machine are recorded in docs/BENCHMARKS.md ("Mixed load").
+# How to read its output: docs/BENCHMARKS.md ("Mixed load").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKEND=sqlite

@@ -12,7 +12,7 @@
 #    2 threads and 32 / 4 connections; prints requests/s, ratings/s and latency percentiles.
 #
 # Needs wrk (Debian package `wrk`; installed here if missing and apt-get is available).
-# Results and the machine are recorded in docs/BENCHMARKS.md.
+# How to read its output: docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKEND=sqlite

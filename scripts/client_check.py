@@ -1,4 +1,4 @@
-"""Runs a short session through a client generated from openapi/openapi.json.
+"""Runs a short exchange through a client generated from openapi/openapi.json.
 
 Called by scripts/client_check.sh with the generated package `dprec_client` on
 PYTHONPATH and a server at $DPREC_URL. Nothing here is edited to suit the generated code:

@@ -4,7 +4,7 @@
 top-10 lists.
 
 The ratings are ordered by timestamp and cut into PERIODS equal-width time periods (as
-`examples/continual_bench.rs` does). For t = 1..PERIODS: the ratings of period t are sent
+`crates/dprec-lab/examples/continual_bench.rs` does). For t = 1..PERIODS: the ratings of period t are sent
 (POST /v1/ratings, service-default eps_ij), one release is run (POST /v1/admin/retrain,
 waited for), and every user who rates in period t + 1 with at least one rating >= 4 asks
 for `GET /v1/users/{user}/recommendations?n=10`. Relevant = the user's period-(t + 1)
@@ -13,7 +13,7 @@ from lists itself). NDCG@10 and P@10 are averaged over users within a period, th
 the periods that have such users. One line per period goes to --csv.
 
 Usage: scripts/continual_replay.py BASE_URL ADMIN_KEY U_DATA PERIODS [--csv FILE]
-Standard library only. Run by scripts/continual_replay.sh (docs/EVALUATION.md).
+Standard library only. Run by scripts/continual_replay.sh (crates/dprec-lab/notes/eval-04-continual-release.md).
 """
 import json
 import math

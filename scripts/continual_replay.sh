@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23's end-to-end replay (docs/EVALUATION.md, "Continual release served"): a scratch
+# Issue 23's end-to-end replay (crates/dprec-lab/notes/eval-04-continual-release.md, "Continual release served"): a scratch
 # service (SQLite, real keys, defaults otherwise) with DPREC_RELEASE__MODE=MODE and
 # DPREC_BUDGET__PLANNED_RELEASES=PERIODS, MovieLens-100K u.data replayed by time, one
 # release per period, next-period NDCG@10 of the served lists (scripts/continual_replay.py).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The DP experiments of docs/EVALUATION.md on MovieLens-100K, folds u1..u5, seed 0.
-# Each writes $OUT/<name>.json (per fold, mean, sd, privacy charges), $OUT/<name>.svg
-# (RMSE against the swept parameter) and $OUT/<name>.txt (the table). OUT is a scratch
-# directory by default, so a run never overwrites the committed figures; to update them:
-#   DPREC_EVAL_OUT=docs/figures scripts/experiments.sh NAME
+# The papers' trainers in their papers' settings on MovieLens-100K, folds u1..u5, seed 0
+# (docs/EVALUATION.md). Each writes $OUT/<name>.json (per fold, mean, sd, privacy
+# charges), $OUT/<name>.svg (RMSE against the swept parameter) and $OUT/<name>.txt (the
+# table); OUT is a scratch directory unless DPREC_EVAL_OUT names another. The figures of
+# earlier runs: crates/dprec-lab/notes/eval-02-rating-predictors.md.
 # Usage:
 #   scripts/experiments.sh [--data DIR] [NAME ...]     (default: every experiment)
 # Names: pdp-fc pdp-epsm pdp-t gaussian dp-alt blp

@@ -3,7 +3,7 @@
 preference per rating drawn from the PDP-PMF paper's generator (section 6.1: conservative
 with probability 0.54, eps uniform in [0.1, 0.2); moderate with 0.37, uniform in [0.2, 1);
 else liberal, 1), so that a served `pdp-pmf` sees the preferences `dprec-lab eval --trainer
-pdp-pmf` draws (docs/EVALUATION.md, "The papers' trainers served in the rating-level
+pdp-pmf` draws (crates/dprec-lab/notes/eval-02-rating-predictors.md, "The papers' trainers served in the rating-level
 mode"). The service spends a share F (budget.share = fraction:F, default 0.1) of eps_ij per
 release, and counts a rating in the DP popularity (eps P, default 0.05) when that share is
 at least 2P; each rating is sent with eps_ij = (pref + P) / F, so the per-release training

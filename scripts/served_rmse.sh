@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A rating predictor served end to end against `dprec-lab eval` on MovieLens-100K u1
-# (issue 21; docs/EVALUATION.md, "The joint-DP rating predictor" and "The papers'
+# (issue 21; crates/dprec-lab/notes/eval-02-rating-predictors.md, "The joint-DP rating predictor" and "The papers'
 # trainers served in the rating-level mode"). Starts a scratch service (SQLite, real keys,
 # every setting at its default) with DPREC_TRAINER__NAME=TRAINER (and, for the rating-level
 # trainers pdp-pmf and dp-pmf, DPREC_TRAINER__ALLOW_RATING_LEVEL=true), imports u1.base,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The served top-N end to end against `dprec-lab eval` on MovieLens-100K u1 (issue 20; docs/
-# EVALUATION.md, "The selecting rule served end to end"). Starts a scratch service (SQLite,
+# The served top-N end to end against `dprec-lab eval` on MovieLens-100K u1 (crates/dprec-lab/
+# notes/eval-08-selecting-split-default.md, "Served end to end"). Starts a scratch service (SQLite,
 # real keys, every setting at its default: `dp-topn` with the selecting split), imports
 # u1.base at the default eps_ij, then runs RELEASES admin retrains; after each one it scores
 # the top-10 of every u1.test user with a relevant item (scripts/service_ndcg.py) and prints

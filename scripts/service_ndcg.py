@@ -5,7 +5,7 @@ ratings >= 4, rated items excluded, users with a relevant item): precision, reca
 NDCG at 10, and catalogue coverage. Import the fold's training file first, e.g.
 `dprec import --url B --api-key KEY ../shared/datasets/ml-100k/u1.base`, then retrain.
 
-Usage: scripts/service_ndcg.py BASE_URL KEY TEST_FILE   (docs/EVALUATION.md)
+Usage: scripts/service_ndcg.py BASE_URL KEY TEST_FILE   (scripts/served_topn.sh)
 Standard library only.
 """
 import json

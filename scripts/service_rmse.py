@@ -10,7 +10,7 @@ pass, over one kept-alive connection, and the request latency of those passes is
 printed too: the first pass solves each user's side, the later ones find it cached
 (issue 21's "p99 <= 5 ms, solve cached per user").
 
-Usage: scripts/service_rmse.py BASE_URL KEY TEST_FILE [--passes N]   (docs/EVALUATION.md)
+Usage: scripts/service_rmse.py BASE_URL KEY TEST_FILE [--passes N]   (scripts/served_rmse.sh)
 Standard library only.
 """
 import http.client

@@ -4,7 +4,7 @@
 # ratio to DP popularity (mean and minimum over the seeds), DP popularity of the liked
 # ratings (`dp-popularity:liked=top`, the count rows dp-topn weighs), the non-private
 # popularity and EASE (where affordable) for reference, and what the releases spent the
-# rest of their budget on (Gram or counts; docs/privacy/dp-topn.md, "Adaptive split").
+# rest of their budget on (Gram or counts; docs/privacy/dp-topn.md, "2a. Adaptive split").
 # Release build first: nice -n 10 cargo build --release && nice -n 10 cargo build --release -p dprec-lab --example topn_bench
 # Usage: scripts/topn_suite.sh [--large] [--releases-seen N] [--noise-draws R] [--param key=value ...]
 #   --large    adds the ML-20M-size taste preset (138k users, 20M ratings; three seeds)
@@ -14,7 +14,8 @@
 #              trainers' noise on the same data and split (noise seeds S, S+1000, ...; 1 by
 #              default: the noise seed is the data seed), and a column counts the single
 #              draws whose ratio is below 1.0x (ML-100K's seeds are noise seeds already)
-#   --param    passed to dp-topn on every shape (e.g. --param split=gram)
+#   --param    passed to dp-topn on every shape (e.g. --param split=gram); the plan's
+#              parameters (eps, delta, releases, eps_r, noise_factor) to dp-popularity too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${DPREC_BIN:-target/release/dprec}
@@ -38,13 +39,20 @@ done
 extra=""
 for p in "${params[@]}"; do extra+=",$p"; done
 topn="dp-topn${extra:+:${extra#,}}"
+# dp-popularity at dp-topn's plan: the plan's parameters go to both (as in topn_bench).
+pop_extra=""
+for p in "${params[@]}"; do
+  case $p in eps=* | delta=* | releases=* | eps_r=* | noise_factor=*) pop_extra+=",$p" ;; esac
+done
+pop="dp-popularity${pop_extra:+:${pop_extra#,}}"
+liked_pop="dp-popularity:liked=top${pop_extra}"
 bench_params=()
 for p in "${params[@]}"; do bench_params+=(--param "$p"); done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 # dprec-lab eval prints the fold mean last; its NDCG@10 column.
-ndcg_eval() { nice -n 10 "$(dirname "$B")/dprec-lab" eval --data "$ML" --trainer "$1" --seed "$2" --releases-seen "$seen" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
+ndcg_eval() { nice -n 15 "$(dirname "$B")/dprec-lab" eval --data "$ML" --trainer "$1" --seed "$2" --releases-seen "$seen" --quiet 2>&1 | tail -1 | awk '{print $(NF-7)}'; }
 row() { # shape, branches, liked DP popularity, popularity, ease, below, then "topn pop" pairs
   python3 -c '
 import sys
@@ -52,9 +60,10 @@ shape, branches, liked, npop, ease, below = sys.argv[1:7]
 mean = lambda xs: f"{sum(map(float, xs)) / len(xs):.4f}" if xs else "-"
 liked, npop, ease = mean(liked.split()), mean(npop.split()), mean(ease.split())
 v = [float(x) for x in sys.argv[7:]]
-t, p = v[0::2], v[1::2]; r = [a / b for a, b in zip(t, p)]
+t, p = v[0::2], v[1::2]; r = [a / b for a, b in zip(t, p) if b > 0]
 extra = f" {below} |" if below else ""
-print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {sum(r)/len(r):.2f}x | {min(r):.2f}x | {liked} | {npop} | {ease} | {branches} |{extra}")' "$@"
+rm, rmin = (f"{sum(r)/len(r):.2f}x", f"{min(r):.2f}x") if len(r) == len(t) else ("-", "-")  # a DP popularity of 0
+print(f"| {shape} | {sum(t)/len(t):.4f} | {sum(p)/len(p):.4f} | {rm} | {rmin} | {liked} | {npop} | {ease} | {branches} |{extra}")' "$@"
 }
 # The means over a seed's noise draws ("topn pop" pairs in, one pair out).
 seed_means() { python3 -c '
@@ -73,8 +82,8 @@ v=()
 branches=""
 liked=""
 for s in 1 2 3; do
-  v+=("$(ndcg_eval "$topn" $s)" "$(ndcg_eval dp-popularity $s)")
-  liked+="$(ndcg_eval dp-popularity:liked=top $s) "
+  v+=("$(ndcg_eval "$topn" $s)" "$(ndcg_eval "$pop" $s)")
+  liked+="$(ndcg_eval "$liked_pop" $s) "
 done
 below=""
 [[ $draws -gt 1 ]] && below="-"
@@ -89,7 +98,7 @@ for shape in "${shapes[@]}"; do
   for s in 42 1 7; do
     pairs=()
     for ((i = 0; i < draws; i++)); do
-      nice -n 10 $T --preset "$shape" --quality --seed "$s" --noise-seed $((s + 1000 * i)) \
+      nice -n 15 $T --preset "$shape" --quality --seed "$s" --noise-seed $((s + 1000 * i)) \
         --param eps_r=none "${bench_params[@]}" --rank-users 3000 --releases-seen "$seen" \
         >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
       get() { grep -E "^$1 " "$log" | grep -o 'NDCG@10 [0-9.]*' | awk '{print $2}'; }

@@ -10,6 +10,7 @@ mod accountant_golden;
 mod api;
 mod cli_accountant;
 mod cli_keys;
+mod docs;
 mod honest_releases;
 mod toolchain;
 mod train_dp_alt;

@@ -258,7 +258,8 @@ both_backends!(user_filter_is_never_exceeded);
 /// A charged user's consumed curve (156 orders of JSON, about 3 kB) is stored whole in
 /// its row. On PostgreSQL the `users` table keeps rows up to 8,160 bytes in its own pages
 /// (migration 0017): by default a row over 2 kB is toasted (its curve compressed, or moved
-/// to the TOAST table), at every release's rewrite of the curve (docs/BENCHMARKS.md).
+/// to the TOAST table), at every release's rewrite of the curve
+/// (crates/dprec-lab/notes/bench-04-release-under-a-minute.md).
 /// Checked by removing the migration: "users' curves were compressed".
 async fn users_curves_stay_in_their_rows(url: &str) {
     let (t, _) = FakeDp::gaussian(10.0);
@@ -868,7 +869,8 @@ both_backends!(chunked_commits_never_overspend);
 /// none it runs them back to back but for a short gap every 8; while a request is in
 /// flight it pauses after every
 /// transaction but the last (the pauses keep concurrent requests within their targets,
-/// docs/BENCHMARKS.md); a request that started during a stretch makes one pause.
+/// crates/dprec-lab/notes/bench-02-release-at-20m.md); a request that started during a
+/// stretch makes one pause.
 async fn a_commit_pauses_only_for_requests(url: &str) {
     let (app, record) = grid_in_small_commits(url, 0.1).await;
     app.store.set_commit_rows(1);

@@ -379,7 +379,7 @@ async fn next_state(
 }
 both_backends!(served_counts_combine_releases_across_a_restart);
 
-/// `split=select` (opt-in, docs/privacy/dp-topn.md 2b) through the service: the first
+/// `split=select` (the default, docs/privacy/dp-topn-releases.md) through the service: the first
 /// release spends its rest on counts, the second on the Gram over the held candidates;
 /// the Gram state travels in the stored counts state, also across a restart; the public
 /// mechanism record has the selection's count, sd and decision but never the noised sum.

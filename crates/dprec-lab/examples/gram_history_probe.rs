@@ -11,7 +11,7 @@
 //! leading eigenvalues in noise edges of the average) and an in-sample leave-one-out
 //! comparison of the two lists (`loo_difference`, exact), and the last column simulates a
 //! served rule that selects between the two lists by that difference, noised
-//! (`rule_ranker`; `--select-share`, `--explore`, `--margin`; docs/EVALUATION.md).
+//! (`rule_ranker`; `--select-share`, `--explore`, `--margin`; crates/dprec-lab/notes/eval-07-selecting-split-measured.md).
 //!
 //! ```text
 //! cargo run --release --example gram_history_probe -- [--data ../shared/datasets/ml-100k]

@@ -1133,7 +1133,7 @@ mod tests {
     /// Fingerprints of the popularity-only generator, recorded with the code before
     /// `Taste` existed (commit 8c0d452, `fingerprint` added on top): the default taste
     /// must reproduce these data bit for bit. The full ML-20M preset's fingerprint is
-    /// checked by `examples/synth_bench.rs` (docs/BENCHMARKS.md), too slow for a test.
+    /// checked by `crates/dprec-lab/examples/synth_bench.rs` (docs/BENCHMARKS.md), too slow for a test.
     #[test]
     fn default_taste_reproduces_the_recorded_data() {
         let steep = SyntheticConfig {

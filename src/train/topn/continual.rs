@@ -31,7 +31,7 @@ use dprec_dp::privacy::tree::{levels, Node};
 use dprec_dp::privacy::{discrete_gaussian, Rational};
 
 /// Default arrival cap: 16 distinct items per user and series (`count_clip^2` of the
-/// served counts, the cap fixed before `examples/continual_bench/main.rs` was run).
+/// served counts, the cap fixed before `crates/dprec-lab/examples/continual_bench/main.rs` was run).
 pub const DEFAULT_CAP: usize = 16;
 
 /// The public parameters of one series, fixed when it starts.

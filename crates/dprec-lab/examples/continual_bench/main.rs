@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --example continual_bench -- [--data ../shared/datasets/ml-100k/u.data]
 //!     [--periods 12,52,365] [--seeds 3] [--eps 10] [--delta 1e-6] [--cap 16] [--clip 4]
-//!     [--plot docs/figures/continual-release.svg] [--gram K] [--gram-cap 16]
+//!     [--plot crates/dprec-lab/notes/figures/continual-release.svg] [--gram K] [--gram-cap 16]
 //!     [--gram-freeze 8]
 //! ```
 //!
