@@ -60,6 +60,12 @@ pub fn time(ms: i64) -> String {
     crate::cli::keys::time_utc(ms)
 }
 
+/// `n` and the noun in the number it takes ("1 release", "2 releases").
+pub fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 /// A serialised enum's name (`user`, `add-remove`, `proven`).
 pub fn name_of<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
