@@ -185,21 +185,21 @@ impl Modify for StandardErrors {
         models::list, models::current, models::item_profiles, models::user_profile,
         admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
         private_gd::round, private_gd::report, private_gd::advance,
-        health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
+        health::root, health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
         pages::receipt, pages::receipt_link, pages::overview, pages::overview_link,
     ),
     components(schemas(problem::Problem, users::RatingSort)),
     modifiers(&Security, &StandardErrors, &OptionalBodies),
     tags(
         (name = "ratings", description = "Ingestion and deletion of ratings"),
-        (name = "users", description = "Privacy settings, deletion and the budget audit"),
-        (name = "items", description = "The public item catalogue: registered by writers or `dprec import`, never created by ratings"),
         (name = "recommendations", description = "Top-N and similar items from the served model"),
+        (name = "users", description = "Privacy settings, deletion and the budget audit"),
+        (name = "pages", description = "HTML pages for a browser: a user's privacy receipt and the operator overview, and the signed links that open them"),
+        (name = "items", description = "The public item catalogue: registered by writers or `dprec import`, never created by ratings"),
         (name = "models", description = "Releases and published DP profiles"),
         (name = "admin", description = "Retraining and API keys"),
         (name = "private-gd", description = "Private-GD / GD-DR rounds: user-level LDP one-bit gradient reports"),
         (name = "ops", description = "Probes, metrics and documentation"),
-        (name = "pages", description = "HTML pages for a browser: a user's privacy receipt and the operator overview, and the signed links that open them"),
     )
 )]
 pub struct ApiDoc;

@@ -46,7 +46,8 @@ const HISTORY_RELEASES: i64 = 1000;
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
                    base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-fn html(body: String) -> HttpResponse {
+/// A page's response: HTML with the headers that let it load nothing and leak nothing.
+pub(crate) fn html(body: String) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("Content-Security-Policy", CSP))
