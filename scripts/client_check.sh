@@ -11,8 +11,8 @@
 #   `cargo build --release` when missing.
 # Needs python3; the generator is pip-installed (from PyPI, once) into a virtualenv at
 # $DPREC_CLIENT_VENV (default /tmp/dprec-client-venv). It fails when the generator prints
-# a warning or skips an operation of the spec. Not part of CI (docs/DEVELOPING.md,
-# "Generated clients": it needs PyPI and a release build).
+# a warning or skips an operation of the spec. CI runs it against the test build
+# (`.ci/run`: scripts/client_check.sh target/debug/dprec).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GENERATOR_VERSION=0.29.1
