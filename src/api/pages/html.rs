@@ -86,7 +86,7 @@ font-size:.85rem}.st-active{color:#1a7f37}.st-exhausted{color:#cf222e}.st-delete
 .rel{border:1px solid #d0d7de;border-radius:6px;padding:.5rem .8rem;margin:.6rem 0}\
 .rel p{margin:.3rem 0}nav.pg a{margin-right:1rem}code{font-family:ui-monospace,monospace;\
 font-size:.88em}.note{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;\
-padding:.4rem .7rem}svg text{font-family:system-ui,sans-serif}";
+padding:.4rem .7rem}dt{font-weight:600;margin-top:.4rem}svg text{font-family:system-ui,sans-serif}";
 
 /// A complete document: `title` (escaped here) and `body` (already HTML). The referrer
 /// is never sent (a link's token is in the page's URL).
