@@ -16,6 +16,7 @@ from dprec_client.api.admin import get_job, retrain
 from dprec_client.api.items import list_items, register_items
 from dprec_client.api.models import current_model, list_models
 from dprec_client.api.ops import healthz, readyz
+from dprec_client.api.pages import mint_overview_link, mint_receipt_link, receipt_page
 from dprec_client.api.ratings import ingest
 from dprec_client.api.recommendations import recommendations, similar_items
 from dprec_client.api.users import audit, get_settings
@@ -33,6 +34,8 @@ from dprec_client.models import (
     RegisterResult,
     Catalogue,
     Recommendations,
+    PageLink,
+    RatingSort,
     ReleaseList,
     RetrainRequest,
 )
@@ -143,6 +146,14 @@ def main():
         f"audit: {a.releases.total} release, {len(entry.events)} RDP events; "
         f"models: {len(models.releases)}"
     )
+    # The receipt page (HTML) with every query parameter, and the signed links.
+    page = receipt_page.sync_detailed("u1", client=reader, sort=RatingSort.EPS, desc=True, limit=5, offset=0, roffset=0)
+    assert page.status_code == 200 and b"Your privacy receipt" in page.content, page.content[:200]
+    link = expect(mint_receipt_link.sync_detailed("u1", client=reader), 201, PageLink)
+    assert link.path.startswith("/v1/users/u1/receipt?link="), link
+    expect(mint_overview_link.sync_detailed(client=reader), 403, Problem)
+    assert expect(mint_overview_link.sync_detailed(client=admin), 201, PageLink).path.startswith("/v1/admin/overview?link=")
+    print("pages: receipt (sort=eps, desc), receipt and overview links")
     # A retrain with the optional body (operator safety: force past the input rule).
     forced = wait(admin, expect(retrain.sync_detailed(client=admin, body=RetrainRequest(force=True)), 202, Job))
     assert forced.status == "succeeded" and forced.release_id > job.release_id, forced

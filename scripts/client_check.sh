@@ -10,7 +10,9 @@
 #   default binary: $CARGO_TARGET_DIR/release/dprec (or target/release/dprec), built with
 #   `cargo build --release` when missing.
 # Needs python3; the generator is pip-installed (from PyPI, once) into a virtualenv at
-# $DPREC_CLIENT_VENV (default /tmp/dprec-client-venv). Not part of CI (it needs PyPI).
+# $DPREC_CLIENT_VENV (default /tmp/dprec-client-venv). It fails when the generator prints
+# a warning or skips an operation of the spec. CI runs it against the test build
+# (`.ci/run`: scripts/client_check.sh target/debug/dprec).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GENERATOR_VERSION=0.29.1
@@ -36,8 +38,22 @@ trap cleanup EXIT
 
 printf 'post_hooks: []\n' > "$work/gen.yaml"
 "$venv/bin/openapi-python-client" generate --path openapi/openapi.json --meta none \
-    --config "$work/gen.yaml" --output-path "$work/dprec_client" >/dev/null
-echo "client: openapi-python-client $GENERATOR_VERSION from openapi/openapi.json"
+    --config "$work/gen.yaml" --output-path "$work/dprec_client" >"$work/generate.log" 2>&1 \
+    || { cat "$work/generate.log" >&2; echo "client check: the generator failed" >&2; exit 1; }
+# The generator skips an operation it cannot parse with a WARNING and still exits 0: any
+# warning fails the check, and every operation of the spec must have its module.
+if grep -qi 'warning' "$work/generate.log"; then
+    cat "$work/generate.log" >&2
+    echo "client check: the generator warned (an operation or type may be missing)" >&2
+    exit 1
+fi
+spec_ops=$(python3 -c 'import json; s = json.load(open("openapi/openapi.json")); print(sum(1 for p in s["paths"].values() for m in p if m in ("get", "put", "post", "delete", "patch")))')
+gen_ops=$(find "$work/dprec_client/api" -name '*.py' ! -name '__init__.py' | wc -l)
+if [ "$gen_ops" -ne "$spec_ops" ]; then
+    echo "client check: the spec has $spec_ops operations, the generated client $gen_ops" >&2
+    exit 1
+fi
+echo "client: openapi-python-client $GENERATOR_VERSION from openapi/openapi.json: $gen_ops of $spec_ops operations, no warning"
 
 port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 admin="client-check-admin-$RANDOM$RANDOM$RANDOM"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The receipt and overview pages (issue 25) in a real browser: start a fresh service
+# The receipt and overview pages (issue 25) and /docs in a real browser: start a fresh service
 # (SQLite in a scratch directory, real keys, scheduler off), import MovieLens-100K, run two
 # admin releases, mint a receipt link for one user (reader key) and an overview link
 # (admin key), open both in headless Chromium, save screenshots, and check:
@@ -7,14 +7,14 @@
 #     releases left equal the audit JSON's (GET /v1/users/{u}/budget) at the shown
 #     precision; both releases are described; the overview counts both releases;
 #   - that no request leaves the machine: Chromium runs with every host name resolving to
-#     nothing but 127.0.0.1, its net log lists only URLs on 127.0.0.1, and neither page
-#     holds an external src/href.
+#     nothing but 127.0.0.1, its net log lists only URLs on 127.0.0.1, and no page
+#     holds an external src/href or a script.
 #
 #   scripts/receipt_pages.sh [--bin PATH] [--user ID] [--out DIR] [--eval-report FILE]
 #
 # --bin          the dprec binary (default target/release/dprec)
 # --user         the ML-100K user whose receipt is opened (default 1)
-# --out          where the screenshots go (default docs/figures)
+# --out          where the screenshots go (default docs/figures/screens)
 # --eval-report  a `dprec-lab eval --out` report for the overview's quality table (default:
 #                one is made first, `dprec-lab eval --trainer dp-topn --trainer popularity`
 #                on ML-100K's five predefined folds, about 20 s)
@@ -27,7 +27,7 @@ root=$PWD
 bin="$root/target/release/dprec"
 data="${DPREC_ML100K_DIR:-$root/../shared/datasets/ml-100k}"
 user=1
-out="$root/docs/figures"
+out="$root/docs/figures/screens"
 eval_report=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -96,9 +96,11 @@ browse() { # browse NAME URL HEIGHT
         --dump-dom "$2" >"$scratch/$1.dom.html" 2>>"$scratch/chromium.log"
     curl -sf "$2" >"$scratch/$1.raw.html"
 }
-# The user's page, 12 ratings by spend (the link's token travels in the page's links).
-browse receipt-user "$B$user_path&sort=spent&desc=true&limit=12" 2300
-browse receipt-operator "$B$overview_path" 1500
+# The user's page, its first 12 ratings in item order (the link's token travels in the
+# page's links); the overview; the top of /docs.
+browse receipt-user "$B$user_path&limit=12" 3400
+browse receipt-operator "$B$overview_path" 1900
+browse docs "$B/docs" 1900
 
 python3 - "$scratch" "$user" "$port" <<'EOF'
 import json, re, sys, html
@@ -133,8 +135,15 @@ if shown(ov, "release-count") != "2":
     sys.exit("receipt_pages: FAILED: the overview does not count two releases")
 if 'id="eval"' not in ov:
     sys.exit("receipt_pages: FAILED: the overview shows no eval figures")
+if 'id="served"' not in ov:
+    sys.exit("receipt_pages: FAILED: the overview does not say what users are served")
+if 'id="list-source"' not in dom:
+    sys.exit("receipt_pages: FAILED: the receipt does not say what the list is made of")
+docs = open(f"{scratch}/docs.dom.html").read()
+if 'id="tag-recommendations"' not in docs or 'id="schema-Audit"' not in docs:
+    sys.exit("receipt_pages: FAILED: /docs is not grouped or lacks its schemas")
 # No external resource in either page as served.
-for name in ("receipt-user", "receipt-operator"):
+for name in ("receipt-user", "receipt-operator", "docs"):
     raw = open(f"{scratch}/{name}.raw.html").read()
     ext = re.findall(r'(?:src|href|action)\s*=\s*"((?:https?:)?//[^"]*)"', raw)
     if ext or "<script" in raw:
@@ -146,7 +155,7 @@ for name in ("receipt-user", "receipt-operator"):
 origin = f"http://127.0.0.1:{port}"
 page_urls, own_urls, tcp = set(), set(), set()
 for log in ("receipt-user.netlog", "receipt-user.dom.netlog", "receipt-operator.netlog",
-            "receipt-operator.dom.netlog"):
+            "receipt-operator.dom.netlog", "docs.netlog", "docs.dom.netlog"):
     text = open(f"{scratch}/{log}.json").read().rstrip().rstrip(",")
     if not text.endswith("}"):
         text += "]}"
@@ -174,4 +183,4 @@ if outside or far:
     sys.exit(f"receipt_pages: FAILED: requests left the machine: {outside} {far}")
 print("receipt_pages: ok")
 EOF
-echo "receipt_pages: screenshots ${out#"$root"/}/receipt-user.png, ${out#"$root"/}/receipt-operator.png"
+echo "receipt_pages: screenshots ${out#"$root"/}/receipt-user.png, ${out#"$root"/}/receipt-operator.png, ${out#"$root"/}/docs.png"

@@ -75,10 +75,19 @@ pub async fn openapi_json() -> HttpResponse {
         .body(super::openapi::spec_json())
 }
 
-/// Self-contained HTML page that renders /openapi.json (no network access needed).
+/// This API's documentation as one HTML page, rendered on the server from this document:
+/// operations grouped by purpose, descriptions rendered, schemas resolved; no script and
+/// nothing loaded from anywhere else.
 #[utoipa::path(get, path = "/docs", tag = "ops", operation_id = "docs", responses((status = 200, description = "HTML", content_type = "text/html")))]
 pub async fn docs() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(include_str!("docs.html"))
+    super::pages::html(super::docs::page().to_string())
+}
+
+/// The service's root: a redirect to the documentation page, `/docs`.
+#[utoipa::path(get, path = "/", tag = "ops", operation_id = "root",
+    responses((status = 307, description = "Redirect to `/docs` (the `Location` header)")))]
+pub async fn root() -> HttpResponse {
+    HttpResponse::TemporaryRedirect()
+        .insert_header((actix_web::http::header::LOCATION, "/docs"))
+        .finish()
 }

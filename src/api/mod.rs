@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod docs;
 pub mod domain;
 pub mod health;
 pub mod items;
@@ -372,6 +373,7 @@ pub fn path_id(state: &AppState, field: &str, raw: &str) -> Result<domain::Id, A
 /// Every route's pattern and the methods it answers, in the form of an `Allow` header.
 /// The 405 handler sends this list; a test checks it against the routes below.
 pub const ALLOWED_METHODS: &[(&str, &str)] = &[
+    ("/", "GET, HEAD"),
     ("/healthz", "GET, HEAD"),
     ("/readyz", "GET, HEAD"),
     ("/metrics", "GET, HEAD"),
@@ -428,7 +430,8 @@ fn get() -> actix_web::Route {
 /// Routes of the service. Each path is one resource, so a wrong method is a 405 (with
 /// `Allow` from [`ALLOWED_METHODS`]).
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/healthz").route(get().to(health::healthz)))
+    cfg.service(web::resource("/").route(get().to(health::root)))
+        .service(web::resource("/healthz").route(get().to(health::healthz)))
         .service(web::resource("/readyz").route(get().to(health::readyz)))
         .service(web::resource("/metrics").route(get().to(health::metrics)))
         .service(web::resource("/openapi.json").route(get().to(health::openapi_json)))

@@ -185,21 +185,21 @@ impl Modify for StandardErrors {
         models::list, models::current, models::item_profiles, models::user_profile,
         admin::retrain, admin::job, admin::create_key, admin::list_keys, admin::revoke_key,
         private_gd::round, private_gd::report, private_gd::advance,
-        health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
+        health::root, health::healthz, health::readyz, health::metrics, health::openapi_json, health::docs,
         pages::receipt, pages::receipt_link, pages::overview, pages::overview_link,
     ),
-    components(schemas(problem::Problem)),
+    components(schemas(problem::Problem, users::RatingSort)),
     modifiers(&Security, &StandardErrors, &OptionalBodies),
     tags(
         (name = "ratings", description = "Ingestion and deletion of ratings"),
-        (name = "users", description = "Privacy settings, deletion and the budget audit"),
-        (name = "items", description = "The public item catalogue: registered by writers or `dprec import`, never created by ratings"),
         (name = "recommendations", description = "Top-N and similar items from the served model"),
+        (name = "users", description = "Privacy settings, deletion and the budget audit"),
+        (name = "pages", description = "HTML pages for a browser: a user's privacy receipt and the operator overview, and the signed links that open them"),
+        (name = "items", description = "The public item catalogue: registered by writers or `dprec import`, never created by ratings"),
         (name = "models", description = "Releases and published DP profiles"),
         (name = "admin", description = "Retraining and API keys"),
         (name = "private-gd", description = "Private-GD / GD-DR rounds: user-level LDP one-bit gradient reports"),
         (name = "ops", description = "Probes, metrics and documentation"),
-        (name = "pages", description = "HTML pages for a browser: a user's privacy receipt and the operator overview, and the signed links that open them"),
     )
 )]
 pub struct ApiDoc;
@@ -229,6 +229,38 @@ mod tests {
             schema,
             &serde_json::json!({"$ref": "#/components/schemas/RetrainRequest"})
         );
+    }
+
+    /// Every `$ref` in the document names a schema it defines: an unresolved one (the
+    /// receipt's `sort` parameter once referred to an unregistered `RatingSort`) makes
+    /// openapi-python-client skip the operation and leaves the docs page a dangling name.
+    #[test]
+    fn every_ref_resolves() {
+        fn refs(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(serde_json::Value::String(r)) = m.get("$ref") {
+                        out.push(r.clone());
+                    }
+                    m.values().for_each(|v| refs(v, out));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let spec: serde_json::Value = serde_json::from_str(&spec_json()).unwrap();
+        let mut all = Vec::new();
+        refs(&spec, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let name = r
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("{r} is not a local schema"));
+            assert!(
+                spec["components"]["schemas"].get(name).is_some(),
+                "{r} names no schema of the document"
+            );
+        }
     }
 
     /// Every operation that needs a key says which keys (auth::ROUTE_SCOPES), and every

@@ -601,6 +601,7 @@ pub async fn audit(
         ratings: (limit, offset),
         order: RatingOrder::default(),
         releases: (limit, offset),
+        numeric_items: false,
     };
     Ok(HttpResponse::Ok().json(build_audit(&state, u, &pages).await?))
 }
@@ -655,14 +656,33 @@ pub struct AuditPages {
     pub ratings: (i64, i64),
     pub order: RatingOrder,
     pub releases: (i64, i64),
+    /// Item ids that are numbers in numeric order (1, 2, 10, 100), other ids after them
+    /// in string order (the receipt page, for a person); `false`: the store's string
+    /// order, paged by the store (the JSON audit).
+    pub numeric_items: bool,
 }
 
-/// Sorts rating rows (given in item order) by `order`; ties keep their order.
+/// Item ids in the order a person expects: ids that are whole numbers by value (1, 2,
+/// 10, 100; "007" beside "7", before it), before every other id; other ids as strings.
+pub fn item_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn number(s: &str) -> Option<&str> {
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())).then(|| s.trim_start_matches('0'))
+    }
+    match (number(a), number(b)) {
+        (Some(x), Some(y)) => x.len().cmp(&y.len()).then(x.cmp(y)).then(a.cmp(b)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// Sorts rating rows by `order`; ties keep their order (sort by [`item_order`] first to
+/// break ties by item).
 pub fn sort_ratings(rows: &mut [RatingBudgetView], order: RatingOrder) {
     use std::cmp::Ordering;
     let key = |a: &RatingBudgetView, b: &RatingBudgetView| -> Ordering {
         match order.by {
-            RatingSort::Item => a.item.cmp(&b.item),
+            RatingSort::Item => item_order(&a.item, &b.item),
             RatingSort::Eps => a.eps.total_cmp(&b.eps),
             RatingSort::Spent => a.spent.total_cmp(&b.spent),
             RatingSort::Remaining => a.remaining.total_cmp(&b.remaining),
@@ -677,21 +697,26 @@ pub fn sort_ratings(rows: &mut [RatingBudgetView], order: RatingOrder) {
     }
 }
 
-/// One page of a user's rating slots in `order`: paged by the store in item order, or
-/// all read, sorted and cut here for another order (a user's ratings fit in memory).
+/// One page of a user's rating slots in `order`: paged by the store in its item order,
+/// or all read, sorted and cut here for another order or numeric item ids (a user's
+/// ratings fit in memory).
 async fn rating_page(
     state: &AppState,
     user: &str,
     (limit, offset): (i64, i64),
     order: RatingOrder,
+    numeric_items: bool,
 ) -> Result<(i64, Vec<RatingBudgetView>), ApiError> {
     let min = state.settings.budget.min_release_eps;
-    if order == RatingOrder::default() {
+    if order == RatingOrder::default() && !numeric_items {
         let (total, rows) = state.store.audit_ratings(user, limit, offset).await?;
         return Ok((total, rating_views(rows, min)));
     }
     let (total, rows) = state.store.audit_ratings(user, i64::MAX, 0).await?;
     let mut all = rating_views(rows, min);
+    if numeric_items {
+        all.sort_by(|a, b| item_order(&a.item, &b.item));
+    }
     sort_ratings(&mut all, order);
     let page = all
         .into_iter()
@@ -711,7 +736,14 @@ pub async fn build_audit(
     let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let (spent, filter_eps, exhausted, curve) = consumed_summary(&filter, &u.consumed)?;
-    let (total, entries) = rating_page(state, &u.id, pages.ratings, pages.order).await?;
+    let (total, entries) = rating_page(
+        state,
+        &u.id,
+        pages.ratings,
+        pages.order,
+        pages.numeric_items,
+    )
+    .await?;
     let (limit, offset) = pages.ratings;
     let (rlimit, roffset) = pages.releases;
     let (rtotal, rel) = state.store.audit_releases(&u.id, rlimit, roffset).await?;
@@ -812,4 +844,26 @@ async fn continual_view(state: &AppState, user: &str) -> Result<Option<Continual
         joined_period,
         levels_charged,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Numeric ids by value, other ids as strings after them.
+    #[test]
+    fn numeric_item_ids_sort_by_value() {
+        let mut ids = vec!["100", "b", "10", "2", "1", "a10", "007", "7", "a9", "0"];
+        ids.sort_by(|a, b| item_order(a, b));
+        assert_eq!(
+            ids,
+            ["0", "1", "2", "007", "7", "10", "100", "a10", "a9", "b"]
+        );
+        let mut big = vec!["99999999999999999999999", "100000000000000000000000", "3"];
+        big.sort_by(|a, b| item_order(a, b));
+        assert_eq!(
+            big,
+            ["3", "99999999999999999999999", "100000000000000000000000"]
+        );
+    }
 }

@@ -33,16 +33,37 @@ async fn probes_metrics_docs_and_unknown_routes() {
         assert!(text.contains(name), "missing {name}");
     }
     assert!(text.contains("route=\"/v1/ratings\""), "{text}");
-    let r = app.send(app.client.get(app.url("/docs"))).await;
-    assert_eq!(r.status, 200);
-    let html = r.text;
+    // /docs: one HTML document rendered on the server, loading nothing (no script, no
+    // external URL, a CSP that allows nothing else), descriptions rendered (no literal
+    // backtick), schemas resolved; it names the HTML pages but links no page a browser
+    // would be refused (the overview needs a link minted by an admin).
+    let docs = reqwest::Client::new()
+        .get(app.url("/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(docs.status(), 200);
+    let csp = docs.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.starts_with("default-src 'none'"), "{csp}");
+    let html = docs.text().await.unwrap();
+    for bad in ["http://", "https://", "<script", "src=", "`", "$ref"] {
+        assert!(!html.contains(bad), "/docs contains {bad:?}");
+    }
+    assert!(html.contains("href=\"/openapi.json\"") && html.contains("/v1/users/{user}/receipt"));
+    assert!(html.contains("<h2 id=\"tag-pages\">") && html.contains("id=\"schema-Audit\""));
     assert!(
-        html.contains("/openapi.json") && !html.contains("http://") && !html.contains("https://")
+        !html.contains("href=\"/v1/admin/overview\""),
+        "a link that answers 403"
     );
-    // The docs page links the HTML pages, and the spec describes them (tag `pages`).
-    assert!(
-        html.contains("href=\"/v1/admin/overview\"") && html.contains("/v1/users/{user}/receipt")
-    );
+    // `/` redirects to /docs.
+    let no_follow = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let root = no_follow.get(app.url("/")).send().await.unwrap();
+    assert_eq!(root.status(), 307);
+    assert_eq!(root.headers()["location"], "/docs");
+
     let (st, spec) = app.get("/openapi.json", "").await;
     assert_eq!(st, 200);
     assert!(spec["paths"]["/v1/ratings"]["post"].is_object());

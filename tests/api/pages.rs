@@ -44,6 +44,17 @@ fn shown<'a>(html: &'a str, id: &str) -> &'a str {
     &rest[..rest.find('<').unwrap()]
 }
 
+/// The item ids of the receipt's rating table, in the page's order.
+fn rows(html: &str) -> Vec<String> {
+    let table = &html[html.find("id=\"ratings\"").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    table
+        .split("<tr><td><code>")
+        .skip(1)
+        .map(|r| r[..r.find('<').unwrap()].to_string())
+        .collect()
+}
+
 /// `POST path` (a link mint) with `key` and `body`; the status and the answer.
 async fn mint(app: &TestApp, path: &str, key: &str, body: serde_json::Value) -> (u16, String) {
     let r = app
@@ -103,6 +114,14 @@ async fn receipt_scopes_and_numbers(url: &str) {
     }
     assert_eq!(audit.releases.total, 2);
     assert!(!html.contains("<script") && !html.contains("http://"));
+    // What the list is made of: the page says what the recommendations answer says.
+    let rec = app.recommendations("alice", "n=1").await;
+    let said = if rec.fallback {
+        "popularity"
+    } else {
+        "personal"
+    };
+    assert!(html.contains(&format!("data-source=\"{said}\"")), "{html}");
     // A reader (the curator's backend) reads it too.
     page_ok(&app, "/v1/users/alice/receipt", READER).await;
 
@@ -353,15 +372,6 @@ async fn ratings_sort_and_page() {
         .await
         .unwrap();
     let app = two_releases(&db.url).await;
-    let rows = |html: &str| -> Vec<String> {
-        let table = &html[html.find("id=\"ratings\"").unwrap()..];
-        let table = &table[..table.find("</table>").unwrap()];
-        table
-            .split("<tr><td><code>")
-            .skip(1)
-            .map(|r| r[..r.find('<').unwrap()].to_string())
-            .collect()
-    };
     let base = "/v1/users/alice/receipt";
     assert_eq!(rows(&page_ok(&app, base, READER).await), ["a", "b", "c"]);
     let by_eps = page_ok(&app, &format!("{base}?sort=eps&desc=true"), READER).await;
@@ -376,6 +386,42 @@ async fn ratings_sort_and_page() {
     assert!(second.contains("sort=eps&amp;desc=true&amp;offset=2&amp;limit=1\">next"));
     let r = open(&app, &format!("{base}?sort=nope"), READER).await;
     assert_eq!(r.status, 422, "{}", r.text);
+    app.stop().await;
+}
+
+/// Item ids that are numbers are listed by value on the page (1, 2, 10, 100), other ids
+/// after them; the JSON audit keeps the store's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipt_lists_numeric_items_by_value() {
+    let db = TestDb::new(Kind::Sqlite, "receipt_numeric_items")
+        .await
+        .unwrap();
+    let (t, _) = FakeDp::gaussian(5.0);
+    let app = TestApp::spawn(settings(&db.url), t, Hooks::default()).await;
+    let items = ["100", "2", "x", "10", "1"];
+    let ratings: Vec<_> = items.iter().map(|&i| ("dora", i, 3.0, None)).collect();
+    app.ingest(&ratings).await;
+    let base = "/v1/users/dora/receipt";
+    assert_eq!(
+        rows(&page_ok(&app, base, READER).await),
+        ["1", "2", "10", "100", "x"]
+    );
+    let desc = page_ok(&app, &format!("{base}?sort=item&desc=true"), READER).await;
+    assert_eq!(rows(&desc), ["x", "100", "10", "2", "1"]);
+    // Paged in the same order; ties of another column keep it.
+    let second = page_ok(&app, &format!("{base}?limit=2&offset=2"), READER).await;
+    assert_eq!(rows(&second), ["10", "100"]);
+    let by_eps = page_ok(&app, &format!("{base}?sort=eps"), READER).await;
+    assert_eq!(rows(&by_eps), ["1", "2", "10", "100", "x"]);
+    let json: Vec<String> = app
+        .audit("dora", "")
+        .await
+        .ratings
+        .entries
+        .into_iter()
+        .map(|e| e.item)
+        .collect();
+    assert_eq!(json, ["1", "10", "100", "2", "x"]);
     app.stop().await;
 }
 
@@ -458,6 +504,20 @@ async fn overview_is_admin_only() {
     assert!(html.contains(&format!("<tr><td>{}</td>", job.release_id.unwrap())));
     assert!(html.contains("<code>fake-dp</code>"));
     assert!(html.contains("2 live users"), "{html}");
+    // What users are served: the counts are what each user's recommendations answer.
+    let mut personal = 0;
+    for user in ["alice", "bob"] {
+        personal += u32::from(!app.recommendations(user, "n=1").await.fallback);
+    }
+    assert_eq!(
+        shown(&html, "served-personal"),
+        personal.to_string(),
+        "{html}"
+    );
+    assert_eq!(
+        shown(&html, "served-popularity"),
+        (2 - personal).to_string()
+    );
     assert!(html.contains("Exact counts, not differentially private: shown to admin keys only"));
     assert!(html.contains("0.1875") && html.contains("0.1250"));
     assert!(html.contains("href=\"/docs\"") && html.contains("href=\"/metrics\""));

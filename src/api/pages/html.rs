@@ -60,6 +60,12 @@ pub fn time(ms: i64) -> String {
     crate::api::keyring::time_utc(ms)
 }
 
+/// `n` and the noun in the number it takes ("1 release", "2 releases").
+pub fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 /// A serialised enum's name (`user`, `add-remove`, `proven`).
 pub fn name_of<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
@@ -80,7 +86,7 @@ font-size:.85rem}.st-active{color:#1a7f37}.st-exhausted{color:#cf222e}.st-delete
 .rel{border:1px solid #d0d7de;border-radius:6px;padding:.5rem .8rem;margin:.6rem 0}\
 .rel p{margin:.3rem 0}nav.pg a{margin-right:1rem}code{font-family:ui-monospace,monospace;\
 font-size:.88em}.note{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;\
-padding:.4rem .7rem}svg text{font-family:system-ui,sans-serif}";
+padding:.4rem .7rem}dt{font-weight:600;margin-top:.4rem}svg text{font-family:system-ui,sans-serif}";
 
 /// A complete document: `title` (escaped here) and `body` (already HTML). The referrer
 /// is never sent (a link's token is in the page's URL).

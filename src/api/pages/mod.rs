@@ -19,6 +19,7 @@ pub mod links;
 pub mod overview;
 pub mod receipt;
 pub mod secret;
+pub mod serving;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -45,7 +46,8 @@ const HISTORY_RELEASES: i64 = 1000;
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
                    base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-fn html(body: String) -> HttpResponse {
+/// A page's response: HTML with the headers that let it load nothing and leak nothing.
+pub(crate) fn html(body: String) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("Content-Security-Policy", CSP))
@@ -121,6 +123,7 @@ impl ReceiptQuery {
                 descending: self.desc.unwrap_or(false),
             },
             releases: (RELEASES_PER_PAGE, roffset),
+            numeric_items: true,
         })
     }
 }
@@ -177,6 +180,15 @@ pub async fn receipt(
     let history =
         receipt::spend_history(&filter, &events).map_err(|e| ApiError::internal(e.to_string()))?;
     let audit = build_audit(&state, u, &pages).await?;
+    let served = state.registry.current();
+    let facts = super::recommend::user_facts(&state, user.as_str()).await?;
+    let list = serving::list_source(
+        served.as_deref(),
+        served.as_deref().is_some_and(serving::release_personalises),
+        user.as_str(),
+        facts.deleted,
+        &facts.ratings,
+    );
     Ok(html(receipt::render(&receipt::ReceiptView {
         audit,
         history,
@@ -184,7 +196,8 @@ pub async fn receipt(
         order: pages.order,
         link: query.into_inner().link,
         generated_at: now_ms(),
-        served_release: state.registry.current().map(|p| p.release_id),
+        served_release: served.map(|p| p.release_id),
+        list,
     })))
 }
 
@@ -329,6 +342,7 @@ pub async fn overview(
         .map(super::admin::to_view)
         .collect();
     let budgets = state.store.user_budgets().await?;
+    let served = served_users(&state, budgets.keys()).await?;
     let eval = match &s.pages.eval_report {
         None => None,
         Some(p) => Some(read_eval(p).await),
@@ -348,9 +362,48 @@ pub async fn overview(
         },
         jobs,
         budget_left: overview::budget_left(budgets.values()),
+        served,
         eval,
         link: query.into_inner().link,
     })))
+}
+
+/// What the live users get from the served release: whether it personalises anybody,
+/// and (up to [`serving::COUNT_USERS_UP_TO`] users, each one's ratings read from the
+/// store) how many get a personal list.
+async fn served_users<'a>(
+    state: &AppState,
+    live: impl ExactSizeIterator<Item = &'a String>,
+) -> Result<serving::Served, ApiError> {
+    let live_users = live.len() as u64;
+    let Some(p) = state.registry.current() else {
+        return Ok(serving::Served {
+            release: None,
+            personalises: false,
+            live_users,
+            counts: None,
+        });
+    };
+    let personalises = serving::release_personalises(&p);
+    let counts = if !personalises {
+        Some((0, live_users))
+    } else if live_users <= serving::COUNT_USERS_UP_TO {
+        let mut personal = 0;
+        for user in live {
+            let (deleted, own) = state.store.serving_facts(user).await?;
+            let source = serving::list_source(Some(&p), true, user, deleted, &own);
+            personal += u64::from(source == serving::ListSource::Personal);
+        }
+        Some((personal, live_users - personal))
+    } else {
+        None
+    };
+    Ok(serving::Served {
+        release: Some((p.release_id, p.trainer.clone())),
+        personalises,
+        live_users,
+        counts,
+    })
 }
 
 /// The configured eval report, parsed, with the file's modification time.

@@ -5,7 +5,8 @@
 
 use serde::Deserialize;
 
-use super::html::{bar_chart, esc, name_of, num, page, query, time};
+use super::html::{bar_chart, count, esc, name_of, num, page, query, time};
+use super::serving::{Served, COUNT_USERS_UP_TO};
 use crate::api::admin::Job;
 use crate::api::models::Release;
 use dprec_dp::ledger::UserBudget;
@@ -22,6 +23,8 @@ pub struct OverviewView {
     /// The newest jobs, newest first.
     pub jobs: Vec<Job>,
     pub budget_left: BudgetLeft,
+    /// What the live users get from the served release.
+    pub served: Served,
     /// `None`: `pages.eval_report` is not set; `Some(Err)`: it could not be read.
     pub eval: Option<Result<EvalFigures, String>>,
     /// The link token the page was opened with, if any.
@@ -130,6 +133,7 @@ pub fn render(v: &OverviewView) -> String {
         v.served_release
             .map_or("none yet".to_string(), |id| id.to_string()),
     );
+    body.push_str(&served_section(&v.served));
     body.push_str(&plan_section(v));
     body.push_str(&budget_section(&v.budget_left));
     body.push_str(&releases_section(v));
@@ -144,6 +148,43 @@ pub fn render(v: &OverviewView) -> String {
         esc(&again)
     ));
     page("dprec operator overview", &body)
+}
+
+/// What users are served today: personal lists or the DP popularity order.
+pub fn served_section(s: &Served) -> String {
+    let Some((id, trainer)) = &s.release else {
+        return format!(
+            "<h2>What users are served</h2>\n<p id=\"served\">Nothing yet: no release is \
+             published, so recommendations answer 503 for all {}.</p>\n",
+            count(s.live_users, "live user", "live users")
+        );
+    };
+    let release = format!("release {id} (<code>{}</code>)", esc(trainer));
+    let text = match s.counts {
+        _ if !s.personalises => format!(
+            "<b>Popularity for everybody.</b> The served {release} gives nobody a personal \
+             list: every one of the {} gets the DP popularity order (<code>\"fallback\": \
+             true, \"source\": \"popularity\"</code>). A <code>dp-topn</code> release does \
+             this when its noisy test finds that the co-rating table would not beat the \
+             counts yet (few ratings, or a small budget per release); later releases add \
+             to the counts and switch to personal lists once they are better.",
+            count(s.live_users, "live user", "live users")
+        ),
+        Some((personal, popular)) => format!(
+            "The served {release} personalises lists: of the {}, <b id=\"served-personal\">\
+             {personal}</b> get a personal list (<code>\"source\": \"profile\"</code>) and \
+             <b id=\"served-popularity\">{popular}</b> the DP popularity order (none of \
+             their rated items is one the model scores from). Exact counts, admin only.",
+            count(s.live_users, "live user", "live users")
+        ),
+        None => format!(
+            "The served {release} personalises lists for users who rated at least one of the \
+             items it scores from; the others get the DP popularity order. Not counted per \
+             user here: {} are more than the {COUNT_USERS_UP_TO} this page reads one by one.",
+            count(s.live_users, "live user", "live users")
+        ),
+    };
+    format!("<h2>What users are served</h2>\n<p id=\"served\">{text}</p>\n")
 }
 
 fn plan_section(v: &OverviewView) -> String {
@@ -183,10 +224,10 @@ fn budget_section(b: &BudgetLeft) -> String {
         .collect();
     format!(
         "<h2>Users by budget left</h2>\n<p class=\"note\">Exact counts, not differentially \
-         private: shown to admin keys only, never published.</p>\n<p>{} live users; {} with no \
+         private: shown to admin keys only, never published.</p>\n<p>{}; {} with no \
          room left at any order. Share of eps_u still free (eps_u minus the filter's eps in \
          use):</p>\n{}\n",
-        b.users,
+        count(b.users, "live user", "live users"),
         b.exhausted,
         bar_chart(&bars, "live users by share of eps_u left")
     )
@@ -223,11 +264,21 @@ fn releases_section(v: &OverviewView) -> String {
             esc(&r.trainer),
             esc(&name_of(&r.guarantee)),
             mechs.join("<br>"),
-            num(Some(r.popularity_eps), 4),
+            if r.popularity_eps == 0.0 {
+                "none: own counts".to_string()
+            } else {
+                num(Some(r.popularity_eps), 4)
+            },
             r.job_id.map_or(String::new(), |j| j.to_string())
         ));
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str(
+        "</tbody></table>\n<p class=\"sub\">Popularity eps: what a separate DP popularity \
+         release (the noisy counts behind the popularity order) charged each counted rating. \
+         \"none: own counts\" means the release published no separate popularity, because \
+         its trainer's own DP counts are the popularity order and are paid for in the \
+         trainer's cost (<code>dp-topn</code>, <code>dp-alt</code>).</p>\n",
+    );
     out
 }
 
@@ -329,6 +380,37 @@ mod tests {
         // A fresh user has nearly all of eps_u free (the filter's conversion term aside).
         assert_eq!(b.bins[9], 2);
         assert_eq!(b.bins[0], 1);
+    }
+
+    /// The overview says what users get: popularity for all, counts per source, or
+    /// uncounted above the limit; with plurals.
+    #[test]
+    fn what_users_are_served_is_said() {
+        let mut s = Served {
+            release: Some((3, "dp-topn".into())),
+            personalises: false,
+            live_users: 943,
+            counts: Some((0, 943)),
+        };
+        let html = served_section(&s);
+        assert!(html.contains("Popularity for everybody") && html.contains("943 live users"));
+        assert!(html.contains("release 3 (<code>dp-topn</code>)"), "{html}");
+        s.personalises = true;
+        s.counts = Some((900, 43));
+        let html = served_section(&s);
+        assert!(
+            html.contains("id=\"served-personal\">900<") && html.contains(">43<"),
+            "{html}"
+        );
+        s.counts = None;
+        assert!(served_section(&s).contains("Not counted per user"));
+        s.release = None;
+        s.live_users = 1;
+        let html = served_section(&s);
+        assert!(
+            html.contains("all 1 live user.") && html.contains("503"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! value `GET /v1/users/{user}/budget` serialises) and the user's spend after each
 //! release. Pure: no I/O, so `cargo test --lib pages::receipt` checks the HTML.
 
-use super::html::{budget_bar, esc, line_chart, name_of, num, page, query, time, url_part};
+use super::html::{budget_bar, count, esc, line_chart, name_of, num, page, query, time, url_part};
+use super::serving::ListSource;
 use crate::api::users::{Audit, RatingOrder, RatingSort, ReleaseChargeView};
 use dprec_dp::accountant::{compose_events, eps_from_rdp, PrivacyEvent, RdpCurve, RenyiFilter};
 
@@ -24,6 +25,8 @@ pub struct ReceiptView {
     pub link: Option<String>,
     pub generated_at: i64,
     pub served_release: Option<i64>,
+    /// What the user's list is made of with the served release.
+    pub list: ListSource,
 }
 
 /// The user's filter eps before any release and after each release, oldest first, from
@@ -86,17 +89,71 @@ pub fn render(v: &ReceiptView) -> String {
     if let Some(note) = &a.note {
         body.push_str(&format!("<p class=\"note\">{}</p>\n", esc(note)));
     }
+    body.push_str(&list_section(v.list, v.served_release));
     body.push_str(&budget_section(v));
     body.push_str(&rating_level_section(v));
     body.push_str(&ratings_section(v));
     body.push_str(&releases_section(v));
     body.push_str(PROMISE);
+    body.push_str(&words_section(v));
     body.push_str(&format!(
         "<p class=\"sub\">Every number on this page comes from the same code as the JSON audit \
          <code>GET /v1/users/{}/budget</code>. API documentation: <a href=\"/docs\">/docs</a>.</p>",
         esc(&url_part(&a.user))
     ));
     page(&format!("Privacy receipt of user {}", a.user), &body)
+}
+
+/// What the user's list is made of today, in words.
+fn list_section(list: ListSource, served: Option<i64>) -> String {
+    let release = served.map_or(String::new(), |id| format!(" (release {id})"));
+    let (id, text) = match list {
+        ListSource::NoRelease => (
+            "none",
+            "No model is published yet, so you get no recommendations. Your ratings are \
+             kept, and the first release will use them within your budget below."
+                .to_string(),
+        ),
+        ListSource::Deleted => (
+            "popularity",
+            "You deleted your data: nothing of yours is used, and your list is the most \
+             popular items, counted with noise (DP popularity), the same for everybody."
+                .to_string(),
+        ),
+        ListSource::PopularityForAll => (
+            "popularity",
+            format!(
+                "<b>Popularity, the same for everybody.</b> The model served today{release} \
+                 gives nobody a personal list: it ranks items by how many people rated \
+                 them, counted with noise. Early releases of the default model spend their \
+                 budget on these counts until a personal model is good enough to beat them; \
+                 your ratings were still used (and charged) to make the counts. The API \
+                 answers your recommendations with <code>\"fallback\": true, \"source\": \
+                 \"popularity\"</code>."
+            ),
+        ),
+        ListSource::Popularity => (
+            "popularity",
+            format!(
+                "<b>Popularity.</b> The model served today{release} personalises lists, but \
+                 none of the items you rated is one it scores from (it learns about the \
+                 most-rated items only), so your list is the most popular items, counted \
+                 with noise. Rating one of the popular items makes your next list personal, \
+                 without waiting for a release. The API says <code>\"fallback\": true, \
+                 \"source\": \"popularity\"</code>."
+            ),
+        ),
+        ListSource::Personal => (
+            "personal",
+            format!(
+                "<b>Personal.</b> Your list is computed when you ask, from the published \
+                 model{release} and your own ratings, so a new rating changes it at once. It \
+                 is meant for you: it is not private from you, and nobody else is shown it. \
+                 The API says <code>\"fallback\": false, \"source\": \"profile\"</code>."
+            ),
+        ),
+    };
+    format!("<h2>Your recommendations today</h2>\n<p id=\"list-source\" data-source=\"{id}\">{text}</p>\n")
 }
 
 /// The user-level budget: figures, the bar, and the line over the user's releases.
@@ -110,7 +167,13 @@ fn budget_section(v: &ReceiptView) -> String {
         None => "n/a (no user-level release yet)".to_string(),
     };
     let mut out = format!(
-        "<h2>Your budget (all your ratings together)</h2>\n<div class=\"kv\">\
+        "<h2>Your budget (all your ratings together)</h2>\n<p><b>What eps means for you.</b> \
+         eps (epsilon) bounds how much everything dprec ever publishes can reveal about \
+         you: whatever anybody concludes from the published models, it is at most e<sup>eps\
+         </sup> times more (or less) likely with your ratings in the data than without \
+         them, except with the tiny probability delta. Smaller is more private; your \
+         budget eps_u is the most the service may ever use for you, and your data stops \
+         being used when it is reached.</p>\n<div class=\"kv\">\
          <div><span>remaining eps</span><b class=\"big\" id=\"remaining-eps\">{}</b></div>\
          <div><span>your budget (eps_u, delta_u)</span><b class=\"big\">{}</b> \
          (delta {:e})</div>\
@@ -166,7 +229,7 @@ fn rating_level_section(v: &ReceiptView) -> String {
          <div><span>all your ratings together, at most eps</span>\
          <b class=\"big\" id=\"rating-level-eps\">{}</b> (delta 0; not counted in your \
          budget above)</div></div>\n<p class=\"note\">The operator turned on the rating-level \
-         mode: {} release(s) below were proven for one rating only. Each of your ratings was \
+         mode: {} below were proven for one rating only. Each of your ratings was \
          charged as usual (its eps_ij is enforced, see the table of ratings), but nothing was \
          charged to your user-level budget above. What they imply for all your ratings \
          together is at most the sum of what they charged your ratings: {}.</p>\n\
@@ -174,7 +237,7 @@ fn rating_level_section(v: &ReceiptView) -> String {
          <th>trainer</th><th class=\"n\">your ratings charged</th><th class=\"n\">eps \
          charged to them</th></tr></thead><tbody>\n",
         num(b.eps, EPS_DIGITS),
-        b.releases.len(),
+        count(b.releases.len(), "release", "releases"),
         esc(&b.note),
     );
     for r in &b.releases {
@@ -207,9 +270,9 @@ fn ratings_section(v: &ReceiptView) -> String {
     let here = Here { user: &a.user, v };
     let r = &a.ratings;
     let mut out = format!(
-        "<h2>Your ratings (each has its own budget eps_ij)</h2>\n<p class=\"sub\">{} ratings; \
+        "<h2>Your ratings (each has its own budget eps_ij)</h2>\n<p class=\"sub\">{}; \
          showing {} to {}. Click a column to sort.</p>\n<table id=\"ratings\"><thead><tr>",
-        r.total,
+        count(r.total, "rating", "ratings"),
         r.offset.saturating_add(1).min(r.total),
         r.offset
             .saturating_add(i64::try_from(r.entries.len()).unwrap_or(i64::MAX))
@@ -334,9 +397,67 @@ fn release_eps(r: &ReleaseChargeView, delta: f64) -> Option<f64> {
     eps_from_rdp(&curve, delta).ok().map(|g| g.eps)
 }
 
-/// `n` and the noun in the number it takes ("1 release", "2 releases").
-fn count(n: i64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+/// One release that used the user's data, in plain words: trainer, mechanisms, the cost
+/// to the user and to the user's ratings.
+fn release_paragraph(r: &ReleaseChargeView, delta: f64) -> String {
+    let events: Vec<PrivacyEvent> = serde_json::from_value(r.events.clone()).unwrap_or_default();
+    let mechs: Vec<String> = r
+        .mechanisms
+        .iter()
+        .map(|m| {
+            format!(
+                "<a href=\"#w-mechanisms\"><code>{}</code></a> (protects one {}, \
+                 neighbours {})",
+                esc(&m.name),
+                esc(&name_of(&m.unit)),
+                esc(&name_of(&m.neighbour))
+            )
+        })
+        .collect();
+    format!(
+        "<div class=\"rel\" id=\"release-{id}\"><p><b>Release {id}</b>, {when}: trained by \
+         <code>{trainer}</code> (guarantee: {guarantee}).</p>\
+         <p>It ran {mechs}.</p>\
+         <p><b>What it cost you, as a user:</b> {events}; on its own that is eps {alone} at \
+         your delta_u (admitted at <a href=\"#w-order\">Renyi order</a> {order}). This is \
+         the cost counted against your budget eps_u.</p>\
+         <p><b>What it cost your ratings:</b> {n_charged} charged, eps {total} in total \
+         ({each} each on average, out of each rating's own eps_ij). <span class=\"sub\">\
+         This total adds up a separate figure per rating, each protecting that one \
+         rating; it is not a cost to you as a person and is not compared with eps_u, so \
+         it may exceed your budget without anything being overspent (<a \
+         href=\"#w-units\">why</a>).</span></p></div>\n",
+        id = r.release_id,
+        when = time(r.created_at),
+        trainer = esc(&r.trainer),
+        guarantee = esc(&name_of(&r.guarantee)),
+        mechs = if mechs.is_empty() {
+            "no recorded mechanism".to_string()
+        } else {
+            mechs.join(", ")
+        },
+        events = if events.is_empty() {
+            "nothing".to_string()
+        } else {
+            esc(&events
+                .iter()
+                .map(describe_event)
+                .collect::<Vec<_>>()
+                .join(", then "))
+        },
+        alone = num(release_eps(r, delta), EPS_DIGITS),
+        order = r.admitted_order,
+        n_charged = count(
+            r.ratings_charged,
+            "of your ratings was",
+            "of your ratings were"
+        ),
+        total = num(Some(r.rating_eps_total), EPS_DIGITS),
+        each = num(
+            (r.ratings_charged > 0).then(|| r.rating_eps_total / r.ratings_charged as f64),
+            EPS_DIGITS
+        ),
+    )
 }
 
 /// Each release that used the user's data, in plain words.
@@ -348,55 +469,7 @@ fn releases_section(v: &ReceiptView) -> String {
         count(rel.total, "release", "releases")
     );
     for r in &rel.entries {
-        let events: Vec<PrivacyEvent> =
-            serde_json::from_value(r.events.clone()).unwrap_or_default();
-        let mechs: Vec<String> = r
-            .mechanisms
-            .iter()
-            .map(|m| {
-                format!(
-                    "<code>{}</code> (protects one {}, neighbours {})",
-                    esc(&m.name),
-                    esc(&name_of(&m.unit)),
-                    esc(&name_of(&m.neighbour))
-                )
-            })
-            .collect();
-        out.push_str(&format!(
-            "<div class=\"rel\" id=\"release-{id}\"><p><b>Release {id}</b>, {when}: trained by \
-             <code>{trainer}</code> (guarantee: {guarantee}).</p>\
-             <p>It ran {mechs}.</p>\
-             <p><b>What it cost you, as a user:</b> {events}; on its own that is eps {alone} at \
-             your delta_u (admitted at Renyi order {order}).</p>\
-             <p><b>What it cost your ratings:</b> {n} of your ratings were charged, eps {total} \
-             in total ({each} each on average, out of each rating's own eps_ij).</p></div>\n",
-            id = r.release_id,
-            when = time(r.created_at),
-            trainer = esc(&r.trainer),
-            guarantee = esc(&name_of(&r.guarantee)),
-            mechs = if mechs.is_empty() {
-                "no recorded mechanism".to_string()
-            } else {
-                mechs.join(", ")
-            },
-            events = if events.is_empty() {
-                "nothing".to_string()
-            } else {
-                esc(&events
-                    .iter()
-                    .map(describe_event)
-                    .collect::<Vec<_>>()
-                    .join(", then "))
-            },
-            alone = num(release_eps(r, a.budget.delta), EPS_DIGITS),
-            order = r.admitted_order,
-            n = r.ratings_charged,
-            total = num(Some(r.rating_eps_total), EPS_DIGITS),
-            each = num(
-                (r.ratings_charged > 0).then(|| r.rating_eps_total / r.ratings_charged as f64),
-                EPS_DIGITS
-            ),
-        ));
+        out.push_str(&release_paragraph(r, a.budget.delta));
     }
     let here = Here { user: &a.user, v };
     out.push_str(&pager(rel.offset, rel.limit, rel.total, |o| {
@@ -404,9 +477,9 @@ fn releases_section(v: &ReceiptView) -> String {
     }));
     if !a.local_reports.is_empty() {
         out.push_str(&format!(
-            "<p>You also sent {} one-bit reports perturbed on your device (local DP), each \
-             charged to your budget when it arrived: eps {} in total.</p>\n",
-            a.local_reports.len(),
+            "<p>You also sent {} perturbed on your device (local DP), each charged to your \
+             budget when it arrived: eps {} in total.</p>\n",
+            count(a.local_reports.len(), "one-bit report", "one-bit reports"),
             num(
                 Some(a.local_reports.iter().map(|r| r.eps).sum()),
                 EPS_DIGITS
@@ -414,6 +487,125 @@ fn releases_section(v: &ReceiptView) -> String {
         ));
     }
     out
+}
+
+/// One sentence on what a mechanism of a release does, by its recorded name.
+pub fn mechanism_words(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("dp-topn-counts") {
+        let mut out = String::from(
+            "the served top-N model: how many people rated each item, with each person's \
+             part capped and Gaussian noise added",
+        );
+        if rest.contains("select") {
+            out.push_str("; then a noisy test of which second step would serve lists better");
+        }
+        if rest.ends_with("gram") {
+            out.push_str(
+                "; then, among the most-rated items, how often two of them were rated by \
+                 the same person (a noisy co-rating table, which finds items like yours)",
+            );
+        } else if rest.ends_with("counts") {
+            out.push_str("; then the counts again, with the rest of the budget");
+        }
+        out.push_str(". It protects all of one person's ratings together.");
+        return out;
+    }
+    let s = match name {
+        "dp-topn-rsm" => {
+            "random sampling of ratings: each of your ratings takes part with a \
+             probability set by its own eps_ij; this is how each rating's own budget is \
+             charged. It protects one rating."
+        }
+        "popularity-discrete-laplace" => {
+            "a noisy count of ratings per item (exact discrete Laplace noise): the \
+             popularity order, the list of anybody without a personal one."
+        }
+        "rsm-objective-perturbation" => {
+            "random sampling of ratings by their eps_ij, then a model trained with a random \
+             term added to what it minimises (objective perturbation)."
+        }
+        "private-gd-one-bit-report" => {
+            "one-bit reports randomised on your own device before they were sent (local DP)."
+        }
+        "ldp-ratings-post-processing" => {
+            "a model trained only from ratings that were randomised on their senders' \
+             devices (local DP); training adds no further cost."
+        }
+        n if n.contains("subsampled-gaussian") => {
+            "Gaussian noise added to statistics of a random sample of the data."
+        }
+        n if n.contains("gaussian") || n.ends_with("-user-step") => {
+            "Gaussian noise added to statistics of the data."
+        }
+        _ => {
+            "a step of the trainer; docs/privacy/mechanisms.md describes each mechanism \
+             with its proof."
+        }
+    };
+    s.to_string()
+}
+
+/// The words the page uses, explained once (linked from where they appear): eps and
+/// delta, the two units, the Renyi order, and each mechanism named on this page.
+fn words_section(v: &ReceiptView) -> String {
+    let a = &v.audit;
+    let mut names: Vec<&str> = a
+        .releases
+        .entries
+        .iter()
+        .flat_map(|r| r.mechanisms.iter().map(|m| m.name.as_str()))
+        .chain(
+            a.rating_level
+                .iter()
+                .flat_map(|b| b.releases.iter())
+                .flat_map(|r| r.mechanisms.iter().map(|m| m.name.as_str())),
+        )
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mechs: String = names
+        .iter()
+        .map(|n| {
+            format!(
+                "<li><code>{}</code>: {}</li>",
+                esc(n),
+                esc(&mechanism_words(n))
+            )
+        })
+        .collect();
+    format!(
+        "<h2 id=\"words\">Words on this page</h2>\n<dl>\
+         <dt>eps, delta</dt><dd>How much what is published can depend on your data: with \
+         eps, any conclusion is at most e<sup>eps</sup> times more (or less) likely with \
+         your data than without it, except with probability delta (here {delta:e}). \
+         Smaller is more private.</dd>\
+         <dt id=\"w-units\">Two budgets, two units</dt><dd>Each rating has its own budget \
+         eps_ij, which protects that one rating: whether you rated that item, and how. \
+         Your budget eps_u protects all your ratings together, you as a person. A \
+         release is charged to both, in different units: it costs each rating that took \
+         part a little of its eps_ij, and it costs you one fixed amount, planned so that \
+         every release of the plan fits in eps_u, because each person's part in a release \
+         is capped before the noise is added. Adding up what the release charged your \
+         ratings one by one (the \"in total\" figure of each release) gives a much looser \
+         bound on you than that planned amount, so that sum can exceed eps_u while your \
+         budget is kept; what the service enforces for you as a person is the user-level \
+         figure.</dd>\
+         <dt id=\"w-order\">Renyi order</dt><dd>dprec keeps your budget in Renyi \
+         differential privacy: it tracks your loss at a range of orders (different \
+         trade-offs between eps and delta) and uses whichever gives you the smallest eps. \
+         The order named for a release is the one at which your remaining budget still \
+         had room for it; it is bookkeeping and changes nothing in your protection.</dd>\
+         <dt>neighbours add-remove</dt><dd>The protection compares the data with and \
+         without the protected unit (one rating, or one user).</dd>\
+         <dt id=\"w-mechanisms\">Mechanisms on this page</dt><dd><ul>{mechs}</ul>\
+         {none}</dd></dl>\n",
+        delta = a.budget.delta,
+        none = if names.is_empty() {
+            "None yet: no release used your data."
+        } else {
+            ""
+        },
+    )
 }
 
 /// What the service promises, short (docs/privacy/guarantee.md says it in full; a test
@@ -445,9 +637,9 @@ mod tests {
 
     #[test]
     fn counts_take_their_number() {
-        assert_eq!(count(1, "release", "releases"), "1 release");
-        assert_eq!(count(0, "release", "releases"), "0 releases");
-        assert_eq!(count(52, "release", "releases"), "52 releases");
+        assert_eq!(count(1_i64, "release", "releases"), "1 release");
+        assert_eq!(count(0_i64, "release", "releases"), "0 releases");
+        assert_eq!(count(52_usize, "release", "releases"), "52 releases");
     }
     use crate::api::users::{Budget, Paged, RatingBudgetView, Spent};
 
@@ -504,7 +696,98 @@ mod tests {
             link: Some("123.abc".into()),
             generated_at: 0,
             served_release: Some(2),
+            list: ListSource::PopularityForAll,
         }
+    }
+
+    /// The page says what the list is made of, in words and as the API's `source`.
+    #[test]
+    fn the_list_source_is_said() {
+        let mut v = view("u1", "i1");
+        let html = render(&v);
+        assert!(html.contains("data-source=\"popularity\""), "{html}");
+        assert!(
+            html.contains("Popularity, the same for everybody") && html.contains("(release 2)")
+        );
+        v.list = ListSource::Personal;
+        let html = render(&v);
+        assert!(html.contains("data-source=\"personal\"") && html.contains("\"profile\""));
+        v.list = ListSource::Popularity;
+        assert!(render(&v).contains("none of the items you rated"));
+        v.list = ListSource::NoRelease;
+        assert!(render(&v).contains("data-source=\"none\""));
+    }
+
+    /// "1 rating", "1 release", "1 of your ratings was charged"; plurals otherwise.
+    #[test]
+    fn counts_read_in_the_singular_and_plural() {
+        let mut v = view("u1", "i1");
+        v.audit.ratings.total = 1;
+        v.audit.ratings.offset = 0;
+        v.audit.releases.total = 1;
+        v.audit.releases.entries = vec![release_view(1, 1)];
+        let html = render(&v);
+        assert!(html.contains(">1 rating; showing 1 to 1."), "{html}");
+        assert!(html.contains(">1 release, newest first."), "{html}");
+        assert!(html.contains("1 of your ratings was charged"), "{html}");
+        assert!(!html.contains("1 ratings") && !html.contains("1 releases"));
+        v.audit.ratings.total = 2;
+        v.audit.releases.total = 2;
+        v.audit.releases.entries = vec![release_view(2, 272), release_view(1, 272)];
+        let html = render(&v);
+        assert!(html.contains(">2 ratings; showing") && html.contains(">2 releases, newest"));
+        assert!(html.contains("272 of your ratings were charged"));
+    }
+
+    fn release_view(id: i64, charged: i64) -> ReleaseChargeView {
+        ReleaseChargeView {
+            release_id: id,
+            trainer: "dp-topn".into(),
+            guarantee: crate::train::Guarantee::Proven,
+            created_at: 0,
+            mechanisms: vec![
+                crate::api::models::MechanismView {
+                    name: "dp-topn-counts+select+gram".into(),
+                    params: serde_json::json!({}),
+                    unit: dprec_dp::charges::PrivacyUnit::User,
+                    neighbour: dprec_dp::charges::Neighbour::AddRemove,
+                },
+                crate::api::models::MechanismView {
+                    name: "dp-topn-rsm".into(),
+                    params: serde_json::json!({}),
+                    unit: dprec_dp::charges::PrivacyUnit::Rating,
+                    neighbour: dprec_dp::charges::Neighbour::AddRemove,
+                },
+            ],
+            params: serde_json::json!({}),
+            events: serde_json::json!([]),
+            admitted_order: 2.9,
+            ratings_charged: charged,
+            rating_eps_total: 1.171 * charged as f64,
+        }
+    }
+
+    /// The per-rating total is explained beside a budget it exceeds; the Renyi order and
+    /// every mechanism named on the page link to their explanation, which is on the page.
+    #[test]
+    fn units_orders_and_mechanisms_are_explained() {
+        let mut v = view("u1", "i1");
+        v.audit.releases.total = 1;
+        v.audit.releases.entries = vec![release_view(1, 272)];
+        let html = render(&v);
+        assert!(html.contains("eps 318.512 in total"), "{html}");
+        assert!(html.contains("may exceed your budget") && html.contains("href=\"#w-units\""));
+        assert!(html.contains("id=\"w-units\"") && html.contains("id=\"w-order\""));
+        assert!(
+            html.contains("<a href=\"#w-order\">Renyi order</a> 2.9"),
+            "{html}"
+        );
+        assert!(html.contains("<a href=\"#w-mechanisms\"><code>dp-topn-rsm</code></a>"));
+        assert!(html.contains("<li><code>dp-topn-counts+select+gram</code>: the served top-N"));
+        assert!(html.contains("<li><code>dp-topn-rsm</code>: random sampling of ratings"));
+        assert!(html.contains("What eps means for you"));
+        assert!(mechanism_words("dp-topn-counts+counts").contains("counts again"));
+        assert!(mechanism_words("something-new").contains("docs/privacy/mechanisms.md"));
     }
 
     /// The rating-level section: present exactly when the audit has a bound, with the
