@@ -545,7 +545,7 @@ impl Settings {
     /// roles. Without auth (`--dev-no-auth`) the keys are not used and not checked.
     fn validate_keys(&self) -> anyhow::Result<()> {
         if let Some(s) = &self.auth.link_secret {
-            crate::api::pages::secret::LinkSecret::parse(s)
+            crate::link_secret::LinkSecret::parse(s)
                 .map_err(|e| anyhow::anyhow!("auth.link_secret: {e}"))?;
         }
         if self.auth.link_secret_file.as_deref() == Some("") {

@@ -22,11 +22,14 @@ pub mod config;
 pub mod data;
 pub mod lanes;
 pub mod ldp;
+pub mod link_secret;
 pub mod metrics;
 pub mod numerics;
 pub mod release;
 /// The former name of [`release`], kept for callers written against it.
 pub use release as retrain;
+#[cfg(test)]
+mod layering_tests;
 pub mod serve;
 #[cfg(test)]
 mod shape_tests;

@@ -16,13 +16,13 @@ use std::time::Instant;
 use crate::config::Settings;
 use crate::data::RatingScale;
 use crate::metrics::Metrics;
-use crate::serve::{Popularity, Published, Registry, ReleaseMeta};
+use crate::serve::{Popularity, Published, Registry, ReleaseMeta, StoredModel};
 use crate::store::{
-    commit_charges_only, commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook, Store,
-    StoreError,
+    commit_charges_only, commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook,
+    ModelRow, Store, StoreError,
 };
 use crate::train::topn::history::DpTotal;
-use crate::train::{Guarantee, ReleaseCharges, TrainError, Trainer};
+use crate::train::{Guarantee, ReleaseCharges, StoredRanker, TrainError, Trainer};
 use dprec_dp::accountant::{LifetimePlan, PrivacyEvent};
 use dprec_dp::ledger::SharePolicy;
 use steps::{Admission, RecordInput, TrainingSet};
@@ -784,7 +784,7 @@ impl Retrainer {
         let Some(row) = self.store.latest_model().await? else {
             return Ok(None);
         };
-        let p = Published::from_row(&row)?;
+        let p = published_from_row(&row)?;
         let id = p.release_id;
         self.metrics.model_version.set(id);
         self.metrics
@@ -865,6 +865,28 @@ impl std::fmt::Display for StageClock {
         }
         Ok(())
     }
+}
+
+/// Rebuilds a published release from its stored row (restart without retraining, and
+/// replicas): the store's row read into the serving layer's values.
+pub fn published_from_row(row: &ModelRow) -> anyhow::Result<Published> {
+    let stored: StoredModel = serde_json::from_str(&row.model)?;
+    let users: Vec<String> = serde_json::from_str(&row.users)?;
+    let items: Vec<String> = serde_json::from_str(&row.items)?;
+    let pop: Popularity = serde_json::from_str(&row.popularity)?;
+    Published::new(
+        ReleaseMeta {
+            release_id: row.release.id,
+            trainer: row.release.trainer.clone(),
+            guarantee: row.release.guarantee,
+            created_at: row.release.created_at,
+        },
+        stored.factors,
+        users,
+        items,
+        pop.counts,
+    )?
+    .with_ranker(stored.ranker.map(StoredRanker::into_ranker))
 }
 
 #[cfg(test)]

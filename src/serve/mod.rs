@@ -10,7 +10,6 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
-use crate::store::ModelRow;
 use crate::train::ranker::{top_k, SimilarBasis};
 use crate::train::{FactorModel, Guarantee, Ranker, StoredRanker};
 
@@ -194,27 +193,6 @@ impl Published {
     /// Whether lists come from a ranker over the user's own ratings.
     pub fn has_ranker(&self) -> bool {
         self.ranker.is_some()
-    }
-
-    /// Rebuilds a published release from its stored row (restart without retraining).
-    pub fn from_row(row: &ModelRow) -> anyhow::Result<Self> {
-        let stored: StoredModel = serde_json::from_str(&row.model)?;
-        let users: Vec<String> = serde_json::from_str(&row.users)?;
-        let items: Vec<String> = serde_json::from_str(&row.items)?;
-        let pop: Popularity = serde_json::from_str(&row.popularity)?;
-        Self::new(
-            ReleaseMeta {
-                release_id: row.release.id,
-                trainer: row.release.trainer.clone(),
-                guarantee: row.release.guarantee,
-                created_at: row.release.created_at,
-            },
-            stored.factors,
-            users,
-            items,
-            pop.counts,
-        )?
-        .with_ranker(stored.ranker.map(StoredRanker::into_ranker))
     }
 
     pub fn user_index(&self, user: &str) -> Option<usize> {

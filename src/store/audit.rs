@@ -193,7 +193,7 @@ impl Store {
              GROUP BY release_id ORDER BY release_id DESC",
         )
         .bind(user)
-        .bind(crate::train::Guarantee::RatingLevel.as_str())
+        .bind(dprec_dp::charges::Guarantee::RatingLevel.as_str())
         .fetch_all(&self.pool)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
