@@ -145,7 +145,7 @@ impl Compressed {
 ///
 /// The item-major view is built on first use: `dp-topn`, the served default, reads only
 /// the user-major one, and at 20M ratings the other is 240 MB at the release's peak
-/// (docs/BENCHMARKS.md, issue 22).
+/// (lab note bench-02, issue 22).
 #[derive(Debug, Clone, Default)]
 pub struct Interactions {
     pub by_user: Compressed,

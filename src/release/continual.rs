@@ -146,7 +146,7 @@ impl TickAdmission {
 /// cap admits at most `cap` a user, and only a rating its own budget cannot cover (or an
 /// item admitted before) is passed over, so a second read is for the rare user with one
 /// of those among the first. Twice the cap read 4.4M rows at 20M ratings instead of 2.2M
-/// (offers 42 s against 32 s, docs/BENCHMARKS.md).
+/// (offers 42 s against 32 s, lab note bench-03).
 pub const FIRST_READ_PER_CAP: usize = 1;
 
 /// Offers the ratings that arrived in `(after, through]` to `cap`, in each user's id

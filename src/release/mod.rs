@@ -847,7 +847,7 @@ impl StageClock {
 
 /// The process's peak resident set size so far (`VmHWM`), where the OS reports it: which
 /// stage of a release sets the peak is what memory work at scale needs to know
-/// (docs/BENCHMARKS.md, issue 22).
+/// (lab note bench-02, issue 22).
 fn peak_rss_kb() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;

@@ -78,7 +78,7 @@ impl UserFactsCache {
     /// up to `ttl / 2`): with one fixed lifetime the entries read in the same second
     /// expired in the same second, and under load the users read in the first seconds
     /// came back as a wave of store reads every `ttl` (top-N p99 spikes every 10 s at 1M
-    /// ratings, docs/BENCHMARKS.md). Facts are still never older than `ttl`.
+    /// ratings, lab note bench-01). Facts are still never older than `ttl`.
     pub fn insert(&self, user: &str, facts: Arc<UserFacts>) {
         let back = self.ttl.mul_f64(0.5 * rand::random::<f64>());
         let at = Instant::now()

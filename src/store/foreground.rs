@@ -4,7 +4,7 @@
 //! A commit at ML-20M size is thousands of short transactions. Pausing after each one
 //! as long as it took keeps concurrent ingestion and top-N within their targets (issue
 //! 12), but when no request arrives the pauses are half of the commit (60 s of 134 s at
-//! 20M ratings on SQLite, docs/BENCHMARKS.md). The HTTP layer counts the requests it
+//! 20M ratings on SQLite, lab note bench-04). The HTTP layer counts the requests it
 //! starts and holds a guard while each runs (dropped with the request, finished or not);
 //! the commit pauses only after a stretch in which a request started or was running.
 

@@ -286,7 +286,7 @@ impl Store {
         // polls for I/O. A connection opened by the release lane (a nice-10 thread, busy
         // with the snapshot's rows and the commit's statements) and then handed to a
         // request by a shared pool made that request wait for the lane to be scheduled:
-        // whole seconds of top-N p99 at 1M ratings (docs/BENCHMARKS.md, issue 22 item 4).
+        // whole seconds of top-N p99 at 1M ratings (lab note bench-05, issue 22 item 4).
         // With a pool of their own, the release's connections serve only the release
         // ([`Store::background`], [`Store::release_writes`]) and never count against the
         // requests' `database.max_connections`.

@@ -1,7 +1,7 @@
 //! A release's rating charges as the commit writes them: grouped by user, then by charge,
 //! each group one charge with the ids of its ratings. At 20M charged ratings a row per
 //! rating (id, user, three charges: 48 bytes) was 960 MB and set the release's peak
-//! (issue 22, docs/BENCHMARKS.md); grouped, a charged rating is its 8-byte id.
+//! (issue 22, lab note bench-02); grouped, a charged rating is its 8-byte id.
 
 use std::sync::Arc;
 

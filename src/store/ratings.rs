@@ -13,7 +13,7 @@ use dprec_dp::ledger::UserBudget;
 
 /// Rows per multi-row statement of [`Store::upsert_ratings`] (at most 7 binds per row).
 /// Small on purpose: sqlx binds SQLite parameters by name, and each lookup scans the
-/// statement's parameter list, so a statement costs O(binds^2) (docs/BENCHMARKS.md,
+/// statement's parameter list, so a statement costs O(binds^2) (lab note bench-02,
 /// "chunked release commit"); 64 rows is the size the release commit uses too.
 const UPSERT_CHUNK: usize = 64;
 

@@ -3,7 +3,7 @@
 //! costs a handful of round trips whatever its size (issue 22 item 1). The chunked
 //! multi-row statements SQLite is tuned for (64 rows each, because sqlx binds SQLite
 //! parameters by name at O(binds^2)) made a 5,000-rating batch about 150 statements on
-//! PostgreSQL, and its import of ML-100K 0.05x SQLite's rate (docs/BENCHMARKS.md).
+//! PostgreSQL, and its import of ML-100K 0.05x SQLite's rate (lab note bench-02).
 //!
 //! sqlx's `Any` driver binds no arrays, so each array travels as one text parameter in
 //! PostgreSQL's array literal form (`{"a","b"}`) and is cast in the SQL (`$1::text[]`);

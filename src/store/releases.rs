@@ -287,7 +287,7 @@ pub struct CommitPoint {
 pub type InsideTxHook = dyn Fn(CommitPoint) -> Result<(), String> + Send + Sync;
 
 /// Default ledger rows per transaction of a commit (a rating charge counts 1, a user
-/// charge `USER_WEIGHT`, 32); see [`Store::set_commit_rows`] and docs/BENCHMARKS.md. When
+/// charge `USER_WEIGHT`, 32); see [`Store::set_commit_rows`] and lab note bench-04. When
 /// every charged rating's row was rewritten, 8,000 rows measured worse than 2,000 under
 /// mixed load at 1M ratings (top-N p99 10.7 s, ingestion p99 903 ms, against 768 ms and
 /// 229 ms, single runs). Since spends are lazy (`store::pending`) a transaction rewrites
@@ -603,7 +603,7 @@ async fn step_aside(
     // gate) in between chunks. It lasts as long as the transaction did (2 ms to 200 ms),
     // so a commit holds the writers' queue and a core at most half the time: at 1M
     // ratings the back-to-back commit otherwise raised the top-N p99 above 20 ms
-    // (docs/BENCHMARKS.md, "After: lanes"). Only when requests came
+    // (lab note bench-01, "After: lanes"). Only when requests came
     // (`store::foreground`): with none, the pauses were half of a release's commit at
     // ML-20M size and served nobody.
     let pause = took.clamp(
@@ -697,7 +697,7 @@ async fn commit_chunk(
         // grow by a row a user during the commit, past what the planner's statistics
         // said (none on a first release): planned as sequential scans, or as parallel
         // bitmap scans whose worker start-up took 5 ms a statement, the reads of pending
-        // sets took most of a 20M release's commit (docs/BENCHMARKS.md).
+        // sets took most of a 20M release's commit (lab note bench-04).
         for set in [
             "SET LOCAL enable_seqscan = off",
             "SET LOCAL max_parallel_workers_per_gather = 0",
@@ -780,7 +780,7 @@ async fn store_model(tx: &mut Tx, id: i64, rec: &ReleaseRecord) -> Result<i64, C
 /// the settled rows themselves need no lock in (user, item) order, and a ledger
 /// transaction and an ingestion batch cannot wait for each other in a cycle. (Locking the
 /// settled rows instead, an eighth of every charged rating, wrote a lock into each of them
-/// first: 2.5M rows at 20M ratings, docs/BENCHMARKS.md.)
+/// first: 2.5M rows at 20M ratings, lab note bench-04.)
 async fn lock_users(
     tx: &mut Tx,
     users: &[(&str, usize)],
@@ -1200,7 +1200,7 @@ async fn read_ratings(
     // user, and a user is never split between two statements). Where the group charges
     // many ratings a user (a release charges them all) the statements select the users'
     // ratings through the (user, item) index, charged or not; where few (a continual tick
-    // charges its arrival cap's few), only the charged ones by id (docs/BENCHMARKS.md).
+    // charges its arrival cap's few), only the charged ones by id (lab note bench-03).
     // Nothing is locked: only a settled user's rows are written, and `settle_due` locks
     // them; no other commit can run meanwhile ([`Store::begin_exclusive`]).
     let mut stored = Stored {

@@ -50,7 +50,7 @@ pub struct SeriesTick {
 /// statement: sqlx binds SQLite parameters by name, and `sqlite3_bind_parameter_name`
 /// scans the statement's list, so a statement's binds cost O(binds^2). With 5 binds a row
 /// and 200 rows a statement, recording a first tick's 2.2M admitted pairs at 20M ratings
-/// took 21 s (13 s now, docs/BENCHMARKS.md).
+/// took 21 s (13 s now, lab note bench-03).
 const INSERT_ROWS: usize = 100;
 
 fn bad(e: impl std::fmt::Display) -> StoreError {
@@ -334,7 +334,7 @@ const PG_ARRAY_ROWS: usize = 20_000;
 /// A tick's members and admitted pairs on PostgreSQL: one statement per
 /// [`PG_ARRAY_ROWS`] rows over array parameters (`unnest`), as ingestion writes
 /// (`store::ratings_pg`); 100-row statements with literals were parsed one by one (23 s
-/// for 2.2M pairs at 20M ratings against 16 s with binds, docs/BENCHMARKS.md).
+/// for 2.2M pairs at 20M ratings against 16 s with binds, lab note bench-03).
 async fn record_tick_pg(
     tx: &mut super::Tx,
     id: i64,

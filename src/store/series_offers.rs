@@ -45,7 +45,7 @@ pub enum OfferRead<'a> {
     /// Arrived since the last tick (`after < id <= through`), each user's first
     /// `per_user` only, a user's in id order (users in any order): a first tick reads
     /// every rating while the cap admits a few a user, and handing every row over was most
-    /// of its time (docs/BENCHMARKS.md). The caller reads on for the users the cap still
+    /// of its time (lab note bench-03). The caller reads on for the users the cap still
     /// wants ([`OfferRead::OfUsers`]).
     ArrivedFirst {
         after: i64,
@@ -200,7 +200,7 @@ impl Store {
                 // The window numbers a narrow row (id, user) and the rest is read back by
                 // id for the rows kept; deleted users are dropped after it (their ratings
                 // all go): 17 s of SQLite's work at 20M ratings against 25 s with every
-                // column and the users' join under the window (docs/BENCHMARKS.md).
+                // column and the users' join under the window (lab note bench-03).
                 let sql = "SELECT r.id, r.user_id, r.item_id, r.eps, r.spent, r.rho FROM ( \
                      SELECT id, user_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY id) AS n \
                      FROM ratings WHERE value IS NOT NULL AND origin <> 'ldp' \

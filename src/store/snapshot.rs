@@ -7,7 +7,7 @@
 //! ratings share, is an index into a table of the distinct states. The ratings are read
 //! grouped by user (one result row per user, the ids, items, values and state indices as
 //! text lists): a database driver hands over one row at a time, and at 20M rows the
-//! hand-over, not the database, was the cost (docs/BENCHMARKS.md).
+//! hand-over, not the database, was the cost (lab note bench-02).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -178,7 +178,7 @@ pub struct RatingRho {
 /// Gaussian charges to ratings, in the order pushed, stored as rating positions with
 /// one `rho` a run of equal charges: a release charges every full participant the same
 /// `1 / (2 z_r^2)`, so a charge takes 4 bytes instead of a [`RatingRho`]'s 16 (320 MB of
-/// a release's peak at 20M ratings, docs/BENCHMARKS.md). Serialised as the list of
+/// a release's peak at 20M ratings, lab note bench-02). Serialised as the list of
 /// [`RatingRho`] it holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "Vec<RatingRho>", into = "Vec<RatingRho>")]

@@ -161,7 +161,7 @@ impl SyntheticConfig {
 
     /// The taste groups of the `*_taste` presets, calibrated on the MovieLens-100K-sized
     /// data so that non-private EASE / popularity NDCG@10 is near real ML-100K's 1.93
-    /// (1.91, mean over five seeds; docs/EVALUATION.md, "ML-20M-size synthetic preset
+    /// (1.91, mean over five seeds; lab note eval-05, "ML-20M-size synthetic preset
     /// with taste groups").
     pub const TASTE: Taste = Taste {
         groups: 20,
@@ -1133,7 +1133,7 @@ mod tests {
     /// Fingerprints of the popularity-only generator, recorded with the code before
     /// `Taste` existed (commit 8c0d452, `fingerprint` added on top): the default taste
     /// must reproduce these data bit for bit. The full ML-20M preset's fingerprint is
-    /// checked by `crates/dprec-lab/examples/synth_bench.rs` (docs/BENCHMARKS.md), too slow for a test.
+    /// checked by `examples/synth_bench.rs` (lab note bench-01), too slow for a test.
     #[test]
     fn default_taste_reproduces_the_recorded_data() {
         let steep = SyntheticConfig {

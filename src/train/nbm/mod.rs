@@ -108,7 +108,7 @@ pub struct Nbm {
 
 impl Nbm {
     /// Defaults chosen on ML-100K fold u1 at eps = 1 among a handful of (steps, q, lr /
-    /// eta1) settings (docs/EVALUATION.md reports all five folds).
+    /// eta1) settings (lab note eval-09 reports all five folds).
     fn defaults(method: Method) -> Self {
         Self {
             method,

@@ -266,7 +266,7 @@ pub struct Sample {
     pub liked: Vec<u32>,
     /// The pure eps charged to each RSM-sampled rating (by position; none for others).
     /// Lists, not one slot a rating: at 20M ratings two dense columns beside the
-    /// trainer's charges were 320 MB at the release's peak (docs/BENCHMARKS.md).
+    /// trainer's charges were 320 MB at the release's peak (lab note bench-02).
     pub charges: Vec<RatingCharge>,
     /// The zCDP `rho` charged to each rating that takes full part (by position).
     pub rho: RatingRhos,
@@ -399,7 +399,7 @@ fn cap_rows(data: &TrainData<'_>, rows: &mut [Vec<u32>], cap: usize, key: &Subse
                 by_digest.select_nth_unstable(cap);
                 // A new row of exactly `cap` items: collecting from `by_digest` by value
                 // would keep its allocation, 36 bytes an item (at 20M ratings 320 MB of
-                // capped rows held through the fit, docs/BENCHMARKS.md).
+                // capped rows held through the fit, lab note bench-02).
                 *row = by_digest[..cap].iter().map(|&(_, j)| j).collect();
             } else {
                 row.shrink_to_fit();
@@ -626,7 +626,8 @@ pub enum Solver {
 }
 
 impl Solver {
-    /// The default ridge of [`Solver::EaseEdges`]: two noise edges (docs/EVALUATION.md,
+    /// The default ridge of [`Solver::EaseEdges`]: two noise edges
+    /// (lab note eval-06,
     /// "Liked counts and EASE on the DP Gram": chosen on the 5M-rating ML-20M-taste
     /// scale, reported on every shape).
     pub const DEFAULT_EDGES: f64 = 2.0;
@@ -698,20 +699,21 @@ pub enum Split {
 }
 
 impl Split {
-    /// The default rule (since 2026-11-28): the selecting split, docs/EVALUATION.md,
-    /// "The selecting rule as the default".
+    /// The default rule: the selecting split
+    /// (lab note eval-08, "The selecting rule as the default").
     pub const DEFAULT: Split = Split::SELECT;
 
-    /// The adaptive rule (the default 2026-11-24..28): docs/EVALUATION.md, "Every shape of
-    /// data". A selecting release keeps its rating-level multiplier and, without a state,
-    /// its trace test.
+    /// The adaptive rule (the default before the selecting rule): lab note eval-05,
+    /// "Every shape of data". A selecting release keeps its rating-level multiplier and,
+    /// without a state, its trace test.
     pub const ADAPTIVE: Split = Split::Adaptive {
         tau: 160.0,
         trace_share: 0.02,
     };
 
-    /// The selecting rule's measured settings (docs/EVALUATION.md, "Measured, not built:
-    /// choosing between the averaged Gram and the counts").
+    /// The selecting rule's measured settings
+    /// (lab note eval-07, "Measured, not built: choosing between
+    /// the averaged Gram and the counts").
     pub const SELECT: Split = Split::Select {
         share: 0.05,
         explore: 5,
