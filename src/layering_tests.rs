@@ -222,6 +222,56 @@ fn top_level_modules_form_no_cycle() {
     assert!(cycles.is_empty(), "module cycles: {cycles:?}");
 }
 
+/// The budget rule lives in one place: the service (API, store, release, serving,
+/// configuration, start-up) does no filter or conversion arithmetic of its own; it asks
+/// the ledger (`dprec_dp::ledger`: admission, the commit's re-check, the audit numbers).
+#[test]
+fn the_service_leaves_budget_arithmetic_to_the_ledger() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut bad = Vec::new();
+    for module in [
+        "api",
+        "store",
+        "release",
+        "serve",
+        "config.rs",
+        "startup.rs",
+    ] {
+        let mut files = Vec::new();
+        let path = src.join(module);
+        if path.is_dir() {
+            rust_files(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+        for f in files {
+            let code = code_of(&std::fs::read_to_string(&f).unwrap());
+            for name in [
+                "RenyiFilter",
+                "eps_from_rdp",
+                "compose_events",
+                "releases_left(",
+                "admitting_order",
+            ] {
+                // The name itself, not a longer one ending in it.
+                let named = code.match_indices(name).any(|(k, _)| {
+                    !code[..k]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                });
+                if named {
+                    bad.push(format!("{}: {name}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "budget arithmetic outside the ledger: {bad:?}"
+    );
+}
+
 /// The privacy core's dependency tree has no I/O stack (no database driver, HTTP server
 /// or client, async runtime).
 #[test]

@@ -16,8 +16,9 @@ use super::{json_body, path_id, ApiError, AppState, Page};
 use crate::config::Role;
 use crate::store::SettingsWrite;
 use crate::train::Guarantee;
-use dprec_dp::accountant::{compose_events, releases_left, PrivacyEvent, RenyiFilter};
+use dprec_dp::accountant::PrivacyEvent;
 use dprec_dp::charges::PrivacyUnit;
+use dprec_dp::ledger::UserBudget;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UserSettings {
@@ -539,39 +540,16 @@ fn audit_note(
     }
 }
 
-/// The user-level spend of a consumed curve: its (eps, delta) conversion, the filter's
-/// eps, whether the filter is full, and the curve at a few orders.
-fn consumed_summary(
-    filter: &RenyiFilter,
-    consumed: &dprec_dp::accountant::RdpCurve,
-) -> Result<
-    (
-        dprec_dp::accountant::PrivacyGuarantee,
-        f64,
-        bool,
-        Vec<RdpPoint>,
-    ),
-    ApiError,
-> {
-    let spent = filter
-        .spent(consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let filter_eps = filter
-        .filter_eps(consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let remaining = filter
-        .remaining(consumed)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let exhausted = remaining.iter().all(|&r| r <= 0.0);
-    let curve = consumed
+/// The consumed curve at a few orders (what the audit lists of it).
+fn curve_points(consumed: &dprec_dp::accountant::RdpCurve) -> Vec<RdpPoint> {
+    consumed
         .points()
         .filter(|(a, _)| [1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0].contains(a))
         .map(|(order, rdp)| RdpPoint {
             order,
             rdp: finite(rdp),
         })
-        .collect();
-    Ok((spent, filter_eps, exhausted, curve))
+        .collect()
 }
 
 /// Budget audit of a user: budget, spent, remaining, per-rating slots and releases.
@@ -733,9 +711,6 @@ pub async fn build_audit(
     u: crate::store::UserRow,
     pages: &AuditPages,
 ) -> Result<Audit, ApiError> {
-    let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let (spent, filter_eps, exhausted, curve) = consumed_summary(&filter, &u.consumed)?;
     let (total, entries) = rating_page(
         state,
         &u.id,
@@ -747,13 +722,23 @@ pub async fn build_audit(
     let (limit, offset) = pages.ratings;
     let (rlimit, roffset) = pages.releases;
     let (rtotal, rel) = state.store.audit_releases(&u.id, rlimit, roffset).await?;
-    // Releases left at the per-release cost of the user's newest release.
+    // The ledger's numbers; releases left at the per-release cost of the user's newest
+    // release.
     let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
-    let releases_left = newest
+    let newest_events = newest
         .first()
-        .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok())
-        .and_then(|events| compose_events(&events, filter.orders()).ok())
-        .and_then(|cost| releases_left(&filter, &u.consumed, &cost).ok());
+        .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok());
+    let budget = UserBudget {
+        eps: u.budget_eps,
+        delta: u.budget_delta,
+        consumed: u.consumed.clone(),
+    };
+    let summary = budget
+        .audit(newest_events.as_deref())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let (spent, filter_eps, exhausted) = (summary.spent, summary.filter_eps, summary.exhausted);
+    let curve = curve_points(&u.consumed);
+    let releases_left = summary.releases_left;
     let continual = continual_view(state, &u.id).await?;
     let releases_left = releases_left.map(|n| series_releases_left(n, continual.as_ref()));
     let releases = release_views(rel)?;

@@ -9,9 +9,9 @@ use sqlx::Row;
 use super::pending::{self, Pending, Spend, PENDING_SELECT};
 use super::rating_charges::{Before, RatingChargeRow, RatingCharges};
 use super::{curve_json, id_runs, parse_curve, Store, StoreError, Tx};
-use dprec_dp::accountant::{AccountantError, PrivacyEvent, RdpCurve, RenyiFilter};
+use dprec_dp::accountant::{AccountantError, PrivacyEvent, RdpCurve};
 use dprec_dp::charges::{Guarantee, Neighbour, PrivacyUnit, UnknownName};
-use dprec_dp::ledger::{gaussian_eps, user_cost};
+use dprec_dp::ledger::{user_cost, RatingRecheck, UserBudget};
 
 const RELEASE_COLS: &str = "id, trainer, params, guarantee, mechanisms, popularity_eps, \
      n_ratings, n_users, n_items, job_id, created_at";
@@ -877,33 +877,19 @@ fn recheck_ratings(
     // Re-check every charge against the stored state first (the rating's loss bound,
     // pure spend plus converted Gaussian part, must stay within eps_ij).
     let mut increments = Vec::with_capacity(part.len());
-    // Ratings of one release mostly share their Gaussian part: convert each rho once
-    // (the conversion minimises over 156 orders, and this runs under the lock).
-    let mut eps_of_rho: HashMap<u64, f64> = HashMap::new();
-    let mut g = |r: f64| {
-        *eps_of_rho
-            .entry(r.to_bits())
-            .or_insert_with(|| gaussian_eps(r))
-    };
+    let mut recheck = RatingRecheck::default();
     for (k, c) in part.iter().enumerate() {
         let (eps, spent, rho) = state_of(k, c)?;
         let charge = c.total();
-        // `rating_loss` written out with the memoised conversion (same arithmetic as
-        // `fits_with_rho`, exact, no tolerance).
-        let before = spent + g(rho);
-        let after = (spent + charge) + g(rho + c.rho);
-        let valid = charge.is_finite() && charge >= 0.0 && c.rho.is_finite() && c.rho >= 0.0;
-        if !(valid && after <= eps) {
-            return Err(CommitError::RatingOverspend {
+        let added = recheck.check(eps, spent, rho, charge, c.rho).map_err(|o| {
+            CommitError::RatingOverspend {
                 rating_id: c.rating_id,
                 eps,
-                spent: before,
-                charge: after - before,
-            });
-        }
-        // What the release added to the rating's loss bound (exactly the pure charge
-        // when it has no Gaussian part).
-        increments.push(if c.rho == 0.0 { charge } else { after - before });
+                spent: o.before,
+                charge: o.after - o.before,
+            }
+        })?;
+        increments.push(added);
     }
     Ok(increments)
 }
@@ -1364,15 +1350,15 @@ async fn charge_users(
         let (eps, delta, consumed) = stored
             .get(user)
             .ok_or_else(|| CommitError::UserMissing(user.to_owned()))?;
-        let consumed = parse_curve(consumed)?;
-        let acc = |e: AccountantError| CommitError::Accounting(user.to_owned(), e);
-        let filter = RenyiFilter::with_default_orders(*eps, *delta).map_err(acc)?;
-        let cost = &costs[k].cost;
-        let order = filter
-            .admitting_order(&consumed, cost)
-            .map_err(acc)?
+        let budget = UserBudget {
+            eps: *eps,
+            delta: *delta,
+            consumed: parse_curve(consumed)?,
+        };
+        let (order, composed) = budget
+            .charge_cost(&costs[k].cost)
+            .map_err(|e| CommitError::Accounting(user.to_owned(), e))?
             .ok_or_else(|| CommitError::UserRejected(user.to_owned()))?;
-        let composed = consumed.compose(cost).map_err(acc)?;
         next.push((user, curve_json(&composed), order, k));
     }
     let sql = format!(

@@ -11,7 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::accountant::{
-    compose_events, default_orders, AccountantError, PrivacyEvent, RdpCurve, RenyiFilter,
+    compose_events, default_orders, eps_from_rdp, plan::releases_left, AccountantError,
+    PrivacyEvent, PrivacyGuarantee, RdpCurve, RenyiFilter,
 };
 
 /// How much of a rating's lifetime eps_ij one release may spend. Parsed once, from the
@@ -165,6 +166,56 @@ pub fn fits_with_rho(eps: f64, spent: f64, rho: f64, charge: f64, rho_add: f64) 
         && rating_loss(spent + charge, rho + rho_add) <= eps
 }
 
+/// The commit-time re-check of rating charges (DESIGN 4: charged before anything is
+/// published, never overspent): each charge against the rating's stored `(eps, spent,
+/// rho)`, in exactly the arithmetic of [`fits_with_rho`]. A release's ratings mostly share
+/// their Gaussian part, so each distinct `rho` is converted once (the conversion minimises
+/// over the order grid, and the store runs this under its lock).
+#[derive(Debug, Default)]
+pub struct RatingRecheck {
+    eps_of_rho: HashMap<u64, f64>,
+}
+
+/// A charge that does not fit: the rating's loss bound before and after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overspend {
+    pub before: f64,
+    pub after: f64,
+}
+
+impl RatingRecheck {
+    fn gaussian(&mut self, rho: f64) -> f64 {
+        *self
+            .eps_of_rho
+            .entry(rho.to_bits())
+            .or_insert_with(|| gaussian_eps(rho))
+    }
+
+    /// What a charge of pure `charge` and Gaussian `rho_add` adds to the loss bound of a
+    /// rating at `(eps, spent, rho)` (exactly `charge` when it has no Gaussian part), or
+    /// [`Overspend`] when the rating cannot take it.
+    pub fn check(
+        &mut self,
+        eps: f64,
+        spent: f64,
+        rho: f64,
+        charge: f64,
+        rho_add: f64,
+    ) -> Result<f64, Overspend> {
+        let before = spent + self.gaussian(rho);
+        let after = (spent + charge) + self.gaussian(rho + rho_add);
+        let valid = charge.is_finite() && charge >= 0.0 && rho_add.is_finite() && rho_add >= 0.0;
+        if !(valid && after <= eps) {
+            return Err(Overspend { before, after });
+        }
+        Ok(if rho_add == 0.0 {
+            charge
+        } else {
+            after - before
+        })
+    }
+}
+
 /// Whether charging `charge` on top of `spent` keeps the rating within `eps`, in the
 /// floating-point arithmetic that the ledger stores (no tolerance).
 pub fn fits(eps: f64, spent: f64, charge: f64) -> bool {
@@ -260,12 +311,94 @@ impl UserBudget {
             .admits(&self.consumed, &user_cost(events)?)
     }
 
+    /// The commit's charge of a release's user-level `cost`: the order at which the
+    /// user's filter admits it and the consumed curve after it; `None` when the filter
+    /// does not admit it (nothing is charged then).
+    pub fn charge_cost(&self, cost: &RdpCurve) -> Result<Option<(f64, RdpCurve)>, AccountantError> {
+        let filter = RenyiFilter::with_default_orders(self.eps, self.delta)?;
+        let Some(order) = filter.admitting_order(&self.consumed, cost)? else {
+            return Ok(None);
+        };
+        Ok(Some((order, self.consumed.compose(cost)?)))
+    }
+
+    /// The filter's eps in use (what it compares with eps_u) and whether no order has room
+    /// left: the operator overview's figures for every user, without the audit's
+    /// conversion.
+    pub fn filter_use(&self) -> Result<(f64, bool), AccountantError> {
+        let filter = RenyiFilter::with_default_orders(self.eps, self.delta)?;
+        let used = filter.filter_eps(&self.consumed)?;
+        let exhausted = filter.remaining(&self.consumed)?.iter().all(|&r| r <= 0.0);
+        Ok((used, exhausted))
+    }
+
+    /// What the user's audit shows of the ledger: the spend as (eps, delta_u) and the
+    /// filter's eps in use, whether the filter is full, and how many more releases of a
+    /// given per-release cost (the newest release's events) it admits.
+    pub fn audit(
+        &self,
+        per_release: Option<&[PrivacyEvent]>,
+    ) -> Result<AuditSummary, AccountantError> {
+        let filter = RenyiFilter::with_default_orders(self.eps, self.delta)?;
+        let spent = filter.spent(&self.consumed)?;
+        let (filter_eps, exhausted) = self.filter_use()?;
+        let releases_left = match per_release {
+            Some(events) => compose_events(events, filter.orders())
+                .and_then(|cost| releases_left(&filter, &self.consumed, &cost))
+                .ok(),
+            None => None,
+        };
+        Ok(AuditSummary {
+            spent,
+            filter_eps,
+            exhausted,
+            releases_left,
+        })
+    }
+
     /// The user's consumed curve after charging `events`, or `None` when the user's
     /// Renyi filter does not admit them (nothing is charged then).
     pub fn charge(&self, events: &[PrivacyEvent]) -> Result<Option<RdpCurve>, AccountantError> {
         RenyiFilter::with_default_orders(self.eps, self.delta)?
             .try_charge(&self.consumed, &user_cost(events)?)
     }
+}
+
+/// The audit numbers of one user's ledger state ([`UserBudget::audit`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditSummary {
+    /// The consumed curve converted at the user's delta.
+    pub spent: PrivacyGuarantee,
+    /// The filter's eps in use (what the filter compares with eps_u).
+    pub filter_eps: f64,
+    /// No order has room left.
+    pub exhausted: bool,
+    /// Further releases of the given per-release cost the filter admits (`None`: no cost
+    /// given, or it could not be composed).
+    pub releases_left: Option<u64>,
+}
+
+/// The user's filter eps before any release and after each release, oldest first, from
+/// each release's charged events (`releases` newest first, as the audit lists them).
+pub fn spend_history(
+    eps: f64,
+    delta: f64,
+    releases: &[(i64, Vec<PrivacyEvent>)],
+) -> Result<Vec<(Option<i64>, f64)>, AccountantError> {
+    let filter = RenyiFilter::with_default_orders(eps, delta)?;
+    let mut acc = RdpCurve::zeros(filter.orders().to_vec())?;
+    let mut out = vec![(None, filter.filter_eps(&acc)?)];
+    for (id, events) in releases.iter().rev() {
+        acc = acc.compose(&compose_events(events, filter.orders())?)?;
+        out.push((Some(*id), filter.filter_eps(&acc)?));
+    }
+    Ok(out)
+}
+
+/// One release's cost to a user alone, as eps at `delta`, from its charged events.
+pub fn release_eps(events: &[PrivacyEvent], delta: f64) -> Result<f64, AccountantError> {
+    let curve = compose_events(events, &default_orders())?;
+    Ok(eps_from_rdp(&curve, delta)?.eps)
 }
 
 /// Whether a change of one user's ledger state, from `before` (`None`: no such user yet)
@@ -913,5 +1046,95 @@ mod tests {
             ..params
         };
         assert_eq!(plan(&open, &ratings, &users).admitted_len(), 1);
+    }
+    #[test]
+    fn history_ends_at_the_composed_total() {
+        let f = RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
+        let e = vec![PrivacyEvent::gaussian(5.0, 1).unwrap()];
+        // Newest first, as the audit lists them.
+        let h = spend_history(10.0, 1e-6, &[(2, e.clone()), (1, e.clone())]).unwrap();
+        assert_eq!(
+            h.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [None, Some(1), Some(2)]
+        );
+        let both = compose_events(&[e[0].clone(), e[0].clone()], f.orders()).unwrap();
+        assert_eq!(h[2].1, f.filter_eps(&both).unwrap());
+        let zero = RdpCurve::zeros(f.orders().to_vec()).unwrap();
+        assert_eq!(h[0].1, f.filter_eps(&zero).unwrap());
+        assert!(h[0].1 < h[1].1 && h[1].1 < h[2].1);
+    }
+
+    /// The commit's re-check is `fits_with_rho` (same arithmetic, memoised), and its
+    /// increment is the loss bound's change.
+    #[test]
+    fn the_commit_recheck_is_fits_with_rho() {
+        let mut r = RatingRecheck::default();
+        let mut g = crate::rng::seeded(3);
+        use rand::Rng;
+        for _ in 0..2_000 {
+            let eps = g.random_range(0.5..20.0);
+            let spent = g.random_range(0.0..eps);
+            let rho = if g.random_bool(0.5) {
+                g.random_range(0.0..0.2)
+            } else {
+                0.0
+            };
+            let charge = g.random_range(0.0..2.0);
+            let rho_add = if g.random_bool(0.5) {
+                g.random_range(0.0..0.05)
+            } else {
+                0.0
+            };
+            let fits = fits_with_rho(eps, spent, rho, charge, rho_add);
+            match r.check(eps, spent, rho, charge, rho_add) {
+                Ok(added) => {
+                    assert!(fits);
+                    let want = rating_loss(spent + charge, rho + rho_add) - rating_loss(spent, rho);
+                    assert!(if rho_add == 0.0 {
+                        added == charge
+                    } else {
+                        added == want
+                    });
+                }
+                Err(o) => {
+                    assert!(!fits);
+                    assert!(o.after > eps);
+                }
+            }
+        }
+        assert!(r.check(1.0, 0.0, 0.0, f64::NAN, 0.0).is_err());
+        assert!(r.check(1.0, 0.0, 0.0, 0.1, -0.01).is_err());
+    }
+
+    /// A user's filter admits a cost, charges exactly the composed curve, and refuses
+    /// once full; the audit's numbers are the filter's.
+    #[test]
+    fn charge_cost_and_audit_are_the_filters() {
+        let cost = compose_events(
+            &[PrivacyEvent::gaussian(3.0, 1).unwrap()],
+            &default_orders(),
+        )
+        .unwrap();
+        let mut u = UserBudget {
+            eps: 10.0,
+            delta: 1e-6,
+            consumed: RdpCurve::zeros_default(),
+        };
+        let f = RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
+        let mut n = 0;
+        while let Some((order, next)) = u.charge_cost(&cost).unwrap() {
+            assert!(f.admits(&u.consumed, &cost).unwrap() && order > 1.0);
+            assert_eq!(next, u.consumed.compose(&cost).unwrap());
+            u.consumed = next;
+            n += 1;
+        }
+        assert!(n > 0, "n={n}");
+        assert!(!f.admits(&u.consumed, &cost).unwrap());
+        let a = u
+            .audit(Some(&[PrivacyEvent::gaussian(3.0, 1).unwrap()]))
+            .unwrap();
+        assert_eq!(a.releases_left, Some(0));
+        assert_eq!(a.filter_eps, f.filter_eps(&u.consumed).unwrap());
+        assert_eq!(a.spent, f.spent(&u.consumed).unwrap());
     }
 }

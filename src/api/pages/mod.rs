@@ -31,7 +31,7 @@ use super::users::{build_audit, AuditPages, RatingOrder, RatingSort};
 use super::{optional_json_body, parse_offset, path_id, ApiError, AppState};
 use crate::config::Role;
 use crate::store::now_ms;
-use dprec_dp::accountant::{PrivacyEvent, RenyiFilter};
+use dprec_dp::accountant::PrivacyEvent;
 
 /// Ratings per page of the receipt, unless `limit` says otherwise.
 pub const RATINGS_PER_PAGE: i64 = 50;
@@ -163,8 +163,6 @@ pub async fn receipt(
     let Some(u) = state.store.user(user.as_str()).await? else {
         return Err(receipt_refused());
     };
-    let filter = RenyiFilter::with_default_orders(u.budget_eps, u.budget_delta)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
     let (_, charges) = state
         .store
         .audit_releases(&u.id, HISTORY_RELEASES, 0)
@@ -177,8 +175,8 @@ pub async fn receipt(
                 .map_err(|e| ApiError::internal(format!("stored events: {e}")))
         })
         .collect::<Result<_, _>>()?;
-    let history =
-        receipt::spend_history(&filter, &events).map_err(|e| ApiError::internal(e.to_string()))?;
+    let history = dprec_dp::ledger::spend_history(u.budget_eps, u.budget_delta, &events)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let audit = build_audit(&state, u, &pages).await?;
     let served = state.registry.current();
     let facts = super::recommend::user_facts(&state, user.as_str()).await?;

@@ -61,13 +61,10 @@ pub fn budget_left<'a>(users: impl IntoIterator<Item = &'a UserBudget>) -> Budge
     };
     for u in users {
         b.users += 1;
-        let Ok(f) = dprec_dp::accountant::RenyiFilter::with_default_orders(u.eps, u.delta) else {
+        let Ok((used, exhausted)) = u.filter_use() else {
             continue;
         };
-        let used = f.filter_eps(&u.consumed).unwrap_or(f64::INFINITY);
-        if f.remaining(&u.consumed)
-            .map_or(true, |r| r.iter().all(|&x| x <= 0.0))
-        {
+        if exhausted {
             b.exhausted += 1;
         }
         let share = ((u.eps - used) / u.eps).clamp(0.0, 1.0);

@@ -5,7 +5,7 @@
 use super::html::{budget_bar, count, esc, line_chart, name_of, num, page, query, time, url_part};
 use super::serving::ListSource;
 use crate::api::users::{Audit, RatingOrder, RatingSort, ReleaseChargeView};
-use dprec_dp::accountant::{compose_events, eps_from_rdp, PrivacyEvent, RdpCurve, RenyiFilter};
+use dprec_dp::accountant::PrivacyEvent;
 
 /// Decimals of the eps figures on the page (the browser check compares at this precision).
 pub const EPS_DIGITS: usize = 3;
@@ -16,7 +16,7 @@ pub struct ReceiptView {
     pub audit: Audit,
     /// The user's spend on the filter's scale before any release (`None`) and after each
     /// release the user took part in, oldest first: `(release id, filter eps)`
-    /// ([`spend_history`]).
+    /// (`dprec_dp::ledger::spend_history`).
     pub history: Vec<(Option<i64>, f64)>,
     /// `budget.planned_releases`: the releases every user is promised.
     pub planned_releases: u32,
@@ -27,23 +27,6 @@ pub struct ReceiptView {
     pub served_release: Option<i64>,
     /// What the user's list is made of with the served release.
     pub list: ListSource,
-}
-
-/// The user's filter eps before any release and after each release, oldest first, from
-/// each release's charged events (`releases` newest first, as the audit lists them). LDP
-/// charges taken at ingestion are not releases and are not on this line (they are in the
-/// audit's total).
-pub fn spend_history(
-    filter: &RenyiFilter,
-    releases: &[(i64, Vec<PrivacyEvent>)],
-) -> Result<Vec<(Option<i64>, f64)>, dprec_dp::accountant::AccountantError> {
-    let mut acc = RdpCurve::zeros(filter.orders().to_vec())?;
-    let mut out = vec![(None, filter.filter_eps(&acc)?)];
-    for (id, events) in releases.iter().rev() {
-        acc = acc.compose(&compose_events(events, filter.orders())?)?;
-        out.push((Some(*id), filter.filter_eps(&acc)?));
-    }
-    Ok(out)
 }
 
 /// The page's own URL with `changes` applied to its current query (sort, page, link).
@@ -393,8 +376,7 @@ fn describe_event(e: &PrivacyEvent) -> String {
 /// A release's cost to the user alone, as (eps, delta_u), from its charged events.
 fn release_eps(r: &ReleaseChargeView, delta: f64) -> Option<f64> {
     let events: Vec<PrivacyEvent> = serde_json::from_value(r.events.clone()).ok()?;
-    let curve = compose_events(&events, &dprec_dp::accountant::default_orders()).ok()?;
-    eps_from_rdp(&curve, delta).ok().map(|g| g.eps)
+    dprec_dp::ledger::release_eps(&events, delta).ok()
 }
 
 /// One release that used the user's data, in plain words: trainer, mechanisms, the cost
@@ -848,23 +830,6 @@ mod tests {
         assert!(
             !html.contains("http://") && !html.contains("https://") && !html.contains("<script")
         );
-    }
-
-    #[test]
-    fn history_ends_at_the_composed_total() {
-        let f = RenyiFilter::with_default_orders(10.0, 1e-6).unwrap();
-        let e = vec![PrivacyEvent::gaussian(5.0, 1).unwrap()];
-        // Newest first, as the audit lists them.
-        let h = spend_history(&f, &[(2, e.clone()), (1, e.clone())]).unwrap();
-        assert_eq!(
-            h.iter().map(|p| p.0).collect::<Vec<_>>(),
-            [None, Some(1), Some(2)]
-        );
-        let both = compose_events(&[e[0].clone(), e[0].clone()], f.orders()).unwrap();
-        assert_eq!(h[2].1, f.filter_eps(&both).unwrap());
-        let zero = RdpCurve::zeros(f.orders().to_vec()).unwrap();
-        assert_eq!(h[0].1, f.filter_eps(&zero).unwrap());
-        assert!(h[0].1 < h[1].1 && h[1].1 < h[2].1);
     }
 
     #[test]

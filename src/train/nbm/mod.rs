@@ -41,7 +41,7 @@ use super::predictors::gaussian_mf::calibrate_decreasing;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
 use crate::train::invalid;
 use crate::train::PerRating;
-use dprec_dp::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::accountant::PrivacyEvent;
 use dprec_dp::charges::{MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge};
 use dprec_dp::privacy::sampling::{sample_in, sampling_charge};
 use dprec_dp::rng::DpRng;
@@ -386,8 +386,10 @@ impl Nbm {
 
 /// eps at `delta` of one event (default order grid, improved conversion).
 pub fn event_eps(event: &PrivacyEvent, delta: f64) -> Result<f64, TrainError> {
-    let curve = compose_events(std::slice::from_ref(event), &default_orders())?;
-    Ok(eps_from_rdp(&curve, delta)?.eps)
+    Ok(dprec_dp::ledger::release_eps(
+        std::slice::from_ref(event),
+        delta,
+    )?)
 }
 
 /// The smallest noise multiplier z (to 1e-9 relative) for which `steps` Poisson-subsampled

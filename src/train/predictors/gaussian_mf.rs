@@ -36,7 +36,7 @@ use crate::train::invalid;
 use crate::train::{
     FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError, Trainer,
 };
-use dprec_dp::accountant::{compose_events, default_orders, eps_from_rdp, PrivacyEvent};
+use dprec_dp::accountant::PrivacyEvent;
 use dprec_dp::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, UserCharge, PAPER_FAITHFUL,
 };
@@ -52,8 +52,7 @@ use dprec_dp::rng::DpRng;
 /// (default order grid, improved conversion).
 pub fn gaussian_steps_eps(z: f64, steps: u64, delta: f64) -> Result<f64, TrainError> {
     let event = PrivacyEvent::gaussian(z, steps)?;
-    let curve = compose_events(&[event], &default_orders())?;
-    Ok(eps_from_rdp(&curve, delta)?.eps)
+    Ok(dprec_dp::ledger::release_eps(&[event], delta)?)
 }
 
 /// The noise multiplier z for which `steps` composed Gaussian steps give exactly `eps`

@@ -48,9 +48,7 @@ use crate::train::PerRating;
 use crate::train::{invalid, numerical};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use dprec_dp::accountant::plan::calibrate_gaussian;
-use dprec_dp::accountant::{
-    compose_events, default_orders, eps_from_rdp, LifetimePlan, PrivacyEvent,
-};
+use dprec_dp::accountant::{LifetimePlan, PrivacyEvent};
 use dprec_dp::charges::{
     MechanismRecord, Neighbour, PrivacyUnit, RatingCharge, RatingRho, RatingRhos, ReleaseCharges,
     UserCharge,
@@ -223,8 +221,7 @@ pub fn rating_eps(q: f64, z_r: f64, delta_r: f64) -> Result<f64, TrainError> {
         PrivacyEvent::poisson_subsampled_gaussian(q, z_r, 1)
     }
     .map_err(numerical)?;
-    let curve = compose_events(&[event], &default_orders()).map_err(numerical)?;
-    Ok(eps_from_rdp(&curve, delta_r).map_err(numerical)?.eps)
+    dprec_dp::ledger::release_eps(&[event], delta_r).map_err(numerical)
 }
 
 /// The RSM rate of a rating with release budget `budget` (eps at `delta_r`): 1 when full
@@ -1940,6 +1937,7 @@ mod tests {
     use super::*;
     use crate::data::{Interactions, RatingScale, Ratings};
     use crate::train::topn::suffstats::gram_trace;
+    use dprec_dp::accountant::default_orders;
     use rand::seq::{IndexedRandom, SliceRandom};
 
     /// A Gram over 6 candidates with eigenvalues 100 and 40 (orthonormal directions) and
