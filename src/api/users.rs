@@ -704,6 +704,26 @@ async fn rating_page(
     Ok((total, page))
 }
 
+/// The ledger's numbers of user `u`; releases left at the per-release cost of the
+/// user's newest release.
+async fn ledger_summary(
+    state: &AppState,
+    u: &crate::store::UserRow,
+) -> Result<dprec_dp::ledger::AuditSummary, ApiError> {
+    let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
+    let newest_events = newest
+        .first()
+        .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok());
+    let budget = UserBudget {
+        eps: u.budget_eps,
+        delta: u.budget_delta,
+        consumed: u.consumed.clone(),
+    };
+    budget
+        .audit(newest_events.as_deref())
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
 /// The budget audit of user `u` (the JSON of `GET /v1/users/{user}/budget`, and what
 /// the receipt page shows).
 pub async fn build_audit(
@@ -722,20 +742,7 @@ pub async fn build_audit(
     let (limit, offset) = pages.ratings;
     let (rlimit, roffset) = pages.releases;
     let (rtotal, rel) = state.store.audit_releases(&u.id, rlimit, roffset).await?;
-    // The ledger's numbers; releases left at the per-release cost of the user's newest
-    // release.
-    let (_, newest) = state.store.audit_releases(&u.id, 1, 0).await?;
-    let newest_events = newest
-        .first()
-        .and_then(|c| serde_json::from_value::<Vec<PrivacyEvent>>(c.events.clone()).ok());
-    let budget = UserBudget {
-        eps: u.budget_eps,
-        delta: u.budget_delta,
-        consumed: u.consumed.clone(),
-    };
-    let summary = budget
-        .audit(newest_events.as_deref())
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let summary = ledger_summary(state, &u).await?;
     let (spent, filter_eps, exhausted) = (summary.spent, summary.filter_eps, summary.exhausted);
     let curve = curve_points(&u.consumed);
     let releases_left = summary.releases_left;
