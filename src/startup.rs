@@ -362,6 +362,7 @@ impl Application {
                 200_000,
             )),
             write_lane: Arc::new(crate::lanes::Lane::start("dprec-write")?),
+            documents: Arc::new(documents()?),
         });
         let port = listener.local_addr()?.port();
         let server = http_server(state, metrics.clone(), listener)?;
@@ -439,6 +440,16 @@ fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHand
         .map_into_boxed_body()
         .map_into_right_body();
     Ok(ErrorHandlerResponse::Response(res))
+}
+
+/// The API document and its HTML page, rendered once from the code's OpenAPI spec.
+fn documents() -> anyhow::Result<crate::api::Documents> {
+    let spec_json = crate::api::openapi::spec_json();
+    let spec: serde_json::Value = serde_json::from_str(&spec_json)?;
+    Ok(crate::api::Documents {
+        docs_page: crate::api::docs::render(&spec),
+        spec_json,
+    })
 }
 
 #[cfg(test)]

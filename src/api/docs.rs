@@ -7,21 +7,9 @@
 //!
 //! Pure: [`render`] reads the spec as JSON; the handler serves [`page`], rendered once.
 
-use std::sync::OnceLock;
-
 use serde_json::Value;
 
 use super::pages::html::{esc, page as shell};
-
-/// The page, rendered once from the document the service serves.
-pub fn page() -> &'static str {
-    static PAGE: OnceLock<String> = OnceLock::new();
-    PAGE.get_or_init(|| {
-        let spec: Value =
-            serde_json::from_str(&super::openapi::spec_json()).expect("the spec is JSON");
-        render(&spec)
-    })
-}
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
@@ -447,8 +435,8 @@ mod tests {
     /// every reference resolved to a section, no external URL, no script.
     #[test]
     fn the_page_is_grouped_rendered_and_resolved() {
-        let html = page();
         let spec: Value = serde_json::from_str(&super::super::openapi::spec_json()).unwrap();
+        let html = render(&spec);
         let mut at = 0;
         for t in spec["tags"].as_array().unwrap() {
             let name = t["name"].as_str().unwrap();

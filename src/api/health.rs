@@ -69,18 +69,18 @@ pub async fn metrics(state: web::Data<AppState>, req: HttpRequest) -> HttpRespon
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "ops", operation_id = "openapi",
     responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
-pub async fn openapi_json() -> HttpResponse {
+pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
-        .body(super::openapi::spec_json())
+        .body(state.documents.spec_json.clone())
 }
 
 /// This API's documentation as one HTML page, rendered on the server from this document:
 /// operations grouped by purpose, descriptions rendered, schemas resolved; no script and
 /// nothing loaded from anywhere else.
 #[utoipa::path(get, path = "/docs", tag = "ops", operation_id = "docs", responses((status = 200, description = "HTML", content_type = "text/html")))]
-pub async fn docs() -> HttpResponse {
-    super::pages::html(super::docs::page().to_string())
+pub async fn docs(state: web::Data<AppState>) -> HttpResponse {
+    super::pages::html(state.documents.docs_page.clone())
 }
 
 /// The service's root: a redirect to the documentation page, `/docs`.

@@ -48,6 +48,16 @@ pub struct AppState {
     pub user_facts: Arc<crate::serve::facts::UserFactsCache>,
     /// Ingestion's store transactions run here ([`crate::lanes`]).
     pub write_lane: Arc<crate::lanes::Lane>,
+    /// The API document and its HTML page, made once at start-up (the handlers that serve
+    /// them need not know how the document is built).
+    pub documents: Arc<Documents>,
+}
+
+/// The API document (`/openapi.json`) and its page (`/docs`).
+#[derive(Debug, Clone)]
+pub struct Documents {
+    pub spec_json: String,
+    pub docs_page: String,
 }
 
 /// Reads a JSON body: `application/json` only, at most `max_body_bytes`, unknown fields
