@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use sqlx::Row;
 
-use super::ratings::placeholders;
+use super::placeholders;
 use super::{now_ms, Store, StoreError, Tx};
 
 /// Items per multi-row statement (2 binds per row for inserts, 1 per lookup).

@@ -6,6 +6,7 @@
 //! PostgreSQL binds whole columns as arrays (`ratings_pg`) instead of chunked rows.
 
 mod audit;
+mod budgets;
 mod catalogue;
 pub mod foreground;
 mod holds;
@@ -232,6 +233,15 @@ fn create_private_sqlite_file(url: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(anyhow::Error::new(e).context(format!("creating the SQLite file {path}"))),
     }
+}
+
+/// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
+/// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
+pub(crate) fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
+    (0..n)
+        .map(|k| group(1 + k * per))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Store {

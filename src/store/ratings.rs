@@ -1,12 +1,12 @@
 //! Ratings, users and their settings (the training snapshot is in `snapshot`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::Row;
 
 use super::{
-    curve_json, now_ms, parse_curve, Backend, Defaults, NewRating, SettingsWrite, Store,
-    StoreCounts, StoreError, Tx, UserRow,
+    curve_json, now_ms, parse_curve, placeholders, Backend, Defaults, NewRating, SettingsWrite,
+    Store, StoreCounts, StoreError, Tx, UserRow,
 };
 use dprec_dp::accountant::RdpCurve;
 use dprec_dp::ledger::UserBudget;
@@ -16,15 +16,6 @@ use dprec_dp::ledger::UserBudget;
 /// statement's parameter list, so a statement costs O(binds^2) (lab note bench-02,
 /// "chunked release commit"); 64 rows is the size the release commit uses too.
 const UPSERT_CHUNK: usize = 64;
-
-/// `n` groups of placeholders, group `k` made by `group(first bind number)` with `per`
-/// binds per group, joined by commas: e.g. `($1, $2), ($3, $4)`.
-pub(super) fn placeholders(n: usize, per: usize, group: impl Fn(usize) -> String) -> String {
-    (0..n)
-        .map(|k| group(1 + k * per))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 impl Store {
     // ----- ingestion and settings -------------------------------------------------
@@ -289,58 +280,9 @@ impl Store {
             "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
         )
         .fetch(&self.pool);
-        BudgetReader::default().read_all(&mut rows).await
-    }
-}
-
-/// Reads users' `(id, budget_eps, budget_delta, rdp_consumed)` rows as `(id, budget)`,
-/// one stored curve text parsed once and shared by every user who has it (users who took
-/// part in the same releases have the same curve): at 138,493 users a curve each was 346
-/// MB of a release's snapshot, and 15 GB at 6M users.
-#[derive(Default)]
-pub(super) struct BudgetReader {
-    curves: HashMap<String, RdpCurve>,
-}
-
-impl BudgetReader {
-    pub(super) fn row(
-        &mut self,
-        r: &sqlx::any::AnyRow,
-    ) -> Result<(String, UserBudget), StoreError> {
-        let text: &str = r.try_get(3)?;
-        let consumed = match self.curves.get(text) {
-            Some(c) => c.clone(),
-            None => {
-                let c = parse_curve(text)?;
-                self.curves.insert(text.to_owned(), c.clone());
-                c
-            }
-        };
-        Ok((
-            r.try_get(0)?,
-            UserBudget {
-                eps: r.try_get(1)?,
-                delta: r.try_get(2)?,
-                consumed,
-            },
-        ))
-    }
-
-    /// Every row of a query's stream, as it passes (the texts are not all held at once).
-    pub(super) async fn read_all<S>(
-        &mut self,
-        rows: &mut S,
-    ) -> Result<BTreeMap<String, UserBudget>, StoreError>
-    where
-        S: futures_util::Stream<Item = Result<sqlx::any::AnyRow, sqlx::Error>> + Unpin,
-    {
-        use futures_util::TryStreamExt;
-        let mut out = BTreeMap::new();
-        while let Some(r) = rows.try_next().await? {
-            let (id, b) = self.row(&r)?;
-            out.insert(id, b);
-        }
-        Ok(out)
+        super::budgets::BudgetReader::default()
+            .read_all(&mut rows)
+            .await
     }
 }
 

@@ -100,7 +100,7 @@ impl Store {
         )
         .bind(series)
         .fetch(&self.pool);
-        super::ratings::BudgetReader::default()
+        super::budgets::BudgetReader::default()
             .read_all(&mut rows)
             .await
     }
@@ -223,7 +223,7 @@ impl Store {
             OfferRead::OfUsers { users, through } => {
                 // A user's ratings all fall in one chunk, so each user's come in id order.
                 for chunk in users.chunks(USERS_PER_READ) {
-                    let list = super::ratings::placeholders(chunk.len(), 1, |b| format!("${b}"));
+                    let list = super::placeholders(chunk.len(), 1, |b| format!("${b}"));
                     // The bound on the id is applied here: as a condition next to the
                     // users' index, PostgreSQL scanned the id index over the whole range.
                     let sql = format!("{OFFER_COLUMNS} AND r.user_id IN ({list})");

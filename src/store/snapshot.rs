@@ -377,7 +377,7 @@ pub(super) async fn live_budgets(
         "SELECT id, budget_eps, budget_delta, rdp_consumed FROM users WHERE deleted = 0",
     )
     .fetch(&mut **tx);
-    super::ratings::BudgetReader::default()
+    super::budgets::BudgetReader::default()
         .read_all(&mut rows)
         .await
 }
