@@ -104,7 +104,7 @@ fn the_user_side_is_solved_from_the_users_own_ratings() {
         ranker.predict(Some(7), &high, 40)
     );
     // Stored and reloaded, it predicts the same.
-    let stored = ranker.stored().unwrap();
+    let stored = dprec::train::StoredRanker::of(ranker.as_ref()).unwrap();
     let json = serde_json::to_string(&stored).unwrap();
     let back: dprec::train::StoredRanker = serde_json::from_str(&json).unwrap();
     assert_eq!(back.into_ranker().predict(None, &high, 40), Some(h));

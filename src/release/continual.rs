@@ -477,7 +477,7 @@ impl Retrainer {
         let fill: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
         let stored = StoredModel {
             factors: popularity_model(&fill, self.config.scale),
-            ranker: dp_popularity_ranker(fill.clone(), 0.0).stored(),
+            ranker: crate::train::StoredRanker::of(&dp_popularity_ranker(fill.clone(), 0.0)),
         };
         let popularity = Popularity {
             eps: 0.0,

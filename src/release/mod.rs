@@ -602,7 +602,10 @@ impl Retrainer {
             .as_ref()
             .and_then(|r| r.count_history())
             .and_then(|h| h.own_total);
-        let stored_ranker = fitted.ranker.as_ref().and_then(|r| r.stored());
+        let stored_ranker = fitted
+            .ranker
+            .as_ref()
+            .and_then(|r| StoredRanker::of(r.as_ref()));
         let stored = stored_ranker.is_some();
         let mut rec = steps::record(RecordInput {
             trainer: &*trainer,

@@ -19,7 +19,9 @@ pub mod dp_stats;
 pub mod model;
 pub mod params;
 pub mod per_rating;
+pub mod profile;
 pub mod ranker;
+pub mod stored_ranker;
 pub mod units;
 
 use local::{blp_mog_mf, private_gd};
@@ -32,7 +34,8 @@ pub use dprec_dp::charges::{Guarantee, ReleaseCharges};
 pub use model::FactorModel;
 pub use params::{ParamError, Params};
 pub use per_rating::PerRating;
-pub use ranker::{Ranker, StoredRanker};
+pub use ranker::Ranker;
+pub use stored_ranker::StoredRanker;
 
 use crate::data::{Interactions, RatingScale, Ratings};
 use dprec_dp::rng::DpRng;

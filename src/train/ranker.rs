@@ -6,9 +6,7 @@
 //! scores are `x_u B` (item-item, projection) and a factor model with a stored user row
 //! rank through the same call.
 
-use crate::train::nbm::model::NbmModel;
-use crate::train::predictors::joint_als::{JointAls, UserProfile};
-use crate::train::topn::item_ranker::ItemRanker;
+use crate::train::profile::UserProfile;
 use crate::train::FactorModel;
 
 /// Scores items for one user from a published model and the user's own ratings.
@@ -32,9 +30,10 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
         !own.is_empty()
     }
 
-    /// The model in the form a release stores and a restarted service reloads; `None`
-    /// for models that are not served through a ranker (factor models are stored as such).
-    fn stored(&self) -> Option<StoredRanker> {
+    /// The concrete model, for a release to store it and a restarted service to reload it
+    /// (`train::stored_ranker::StoredRanker::of`); `None` for models that are not served
+    /// through a ranker (factor models are stored as such).
+    fn storable(&self) -> Option<&dyn std::any::Any> {
         None
     }
 
@@ -113,31 +112,6 @@ pub fn top_k(scores: &[f64], excluded: &[bool], k: usize) -> Vec<usize> {
     cand.sort_unstable_by(better);
     cand.truncate(k);
     cand
-}
-
-/// A served ranker as stored with its release (JSON inside the model column).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum StoredRanker {
-    /// An item-side model over DP-popular candidates ([`ItemRanker`]).
-    Item { model: ItemRanker },
-    /// A neighbourhood model (`dpsgd-nbm`, `dpps-nbm`, `nbm`): its DP biases and
-    /// item-anchor weights, nothing per user ([`NbmModel`]).
-    Nbm { model: NbmModel },
-    /// A joint-DP rating predictor (`dp-alt`): the DP item side; each user's profile is
-    /// solved from it and the user's own ratings ([`JointAls`]).
-    JointAls { model: JointAls },
-}
-
-impl StoredRanker {
-    /// The ranker a service answers with.
-    pub fn into_ranker(self) -> std::sync::Arc<dyn Ranker> {
-        match self {
-            StoredRanker::Item { model } => std::sync::Arc::new(model),
-            StoredRanker::Nbm { model } => std::sync::Arc::new(model),
-            StoredRanker::JointAls { model } => std::sync::Arc::new(model),
-        }
-    }
 }
 
 impl Ranker for FactorModel {

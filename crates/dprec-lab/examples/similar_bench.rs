@@ -91,7 +91,10 @@ fn main() -> anyhow::Result<()> {
             &TrainData::new(&ds.ratings, &m, ds.scale),
             &mut dprec_dp::rng::seeded(seed),
         )?;
-        let Some(StoredRanker::Item { model }) = fitted.ranker.as_ref().and_then(|r| r.stored())
+        let Some(StoredRanker::Item { model }) = fitted
+            .ranker
+            .as_ref()
+            .and_then(|r| StoredRanker::of(r.as_ref()))
         else {
             anyhow::bail!("dp-topn publishes an item ranker");
         };

@@ -199,8 +199,10 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        if let Some(dprec::train::StoredRanker::Item { model }) =
-            fitted.ranker.as_ref().and_then(|r| r.stored())
+        if let Some(dprec::train::StoredRanker::Item { model }) = fitted
+            .ranker
+            .as_ref()
+            .and_then(|r| dprec::train::StoredRanker::of(r.as_ref()))
         {
             let d = match &model.scorer {
                 dprec::train::topn::item_ranker::ItemScorer::Projection { d, .. } => *d,

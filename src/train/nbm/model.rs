@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
 use crate::train::ranker::EXPLANATIONS;
-use crate::train::{Ranker, StoredRanker};
+use crate::train::Ranker;
 
 /// Marks an item that is not an anchor (has no column in `sim`).
 pub const NO_ANCHOR: u32 = u32::MAX;
@@ -238,10 +238,8 @@ impl Ranker for NbmModel {
             .any(|&(j, _)| self.anchor_of.get(j).is_some_and(|&a| a != NO_ANCHOR))
     }
 
-    fn stored(&self) -> Option<StoredRanker> {
-        Some(StoredRanker::Nbm {
-            model: self.clone(),
-        })
+    fn storable(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     /// The user's own items with a non-zero term in the score of `item`.
@@ -265,6 +263,7 @@ impl Ranker for NbmModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::StoredRanker;
 
     /// 3 items, anchors {0, 1}.
     fn model() -> NbmModel {
@@ -318,7 +317,7 @@ mod tests {
     #[test]
     fn stored_form_round_trips_and_refuses_bad_shapes() {
         let m = model();
-        let json = serde_json::to_string(&Ranker::stored(&m).unwrap()).unwrap();
+        let json = serde_json::to_string(&StoredRanker::of(&m).unwrap()).unwrap();
         assert!(json.contains("\"kind\":\"nbm\""), "{json}");
         assert!(
             !json.contains("anchor_of"),

@@ -12,14 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
 use crate::numerics::linalg::cholesky_solve;
-use crate::train::ranker::{Ranker, StoredRanker};
-
-/// A user's profile under a [`JointAls`] model: solved, not stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct UserProfile {
-    pub bias: f64,
-    pub factors: Vec<f64>,
-}
+pub use crate::train::profile::UserProfile;
+use crate::train::ranker::Ranker;
 
 /// The published item side of a joint-DP rating predictor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -150,10 +144,8 @@ impl Ranker for JointAls {
         Some(self.scale.clamp(s))
     }
 
-    fn stored(&self) -> Option<StoredRanker> {
-        Some(StoredRanker::JointAls {
-            model: self.clone(),
-        })
+    fn storable(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

@@ -2423,8 +2423,8 @@ mod tests {
     }
 
     fn served_scorer(f: &Fitted) -> ItemScorer {
-        match f.ranker.as_ref().unwrap().stored().unwrap() {
-            crate::train::ranker::StoredRanker::Item { model } => model.scorer,
+        match crate::train::StoredRanker::of(f.ranker.as_ref().unwrap().as_ref()).unwrap() {
+            crate::train::StoredRanker::Item { model } => model.scorer,
             _ => unreachable!("dp-topn serves an item ranker"),
         }
     }
@@ -2745,10 +2745,13 @@ mod tests {
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["split=counts"]);
         let alone = t.fit(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
-        let ranker = |f: &Fitted| match f.ranker.as_ref().unwrap().stored().unwrap() {
-            crate::train::ranker::StoredRanker::Item { model } => model,
-            _ => unreachable!("dp-topn serves an item ranker"),
-        };
+        let ranker =
+            |f: &Fitted| match crate::train::StoredRanker::of(f.ranker.as_ref().unwrap().as_ref())
+                .unwrap()
+            {
+                crate::train::StoredRanker::Item { model } => model,
+                _ => unreachable!("dp-topn serves an item ranker"),
+            };
         let first = ranker(&alone).history.unwrap();
         assert_eq!(first.releases, 1);
         assert_eq!(first.mean, ranker(&alone).fill, "alone: its own counts");
@@ -3073,7 +3076,11 @@ mod tests {
         let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
         let t = trainer(&["eps=8", "releases=1", "split=gram"]);
         let f = t.fit(&data, &mut dprec_dp::rng::seeded(3)).unwrap();
-        match f.ranker.as_ref().and_then(|r| r.stored()) {
+        match f
+            .ranker
+            .as_ref()
+            .and_then(|r| crate::train::StoredRanker::of(r.as_ref()))
+        {
             Some(crate::train::StoredRanker::Item { model }) => {
                 assert!(matches!(model.scorer, ItemScorer::ItemItem { .. }))
             }

@@ -416,10 +416,8 @@ impl Ranker for ItemRanker {
             && own.iter().any(|&(j, _)| self.position(j).is_some())
     }
 
-    fn stored(&self) -> Option<crate::train::ranker::StoredRanker> {
-        Some(crate::train::ranker::StoredRanker::Item {
-            model: self.clone(),
-        })
+    fn storable(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn count_history(&self) -> Option<&CountHistory> {
@@ -503,7 +501,7 @@ mod tests {
             },
             0.5,
         );
-        let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
+        let json = serde_json::to_string(&crate::train::StoredRanker::of(&r).unwrap()).unwrap();
         let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
@@ -567,7 +565,7 @@ mod tests {
         assert_eq!(basis, SimilarBasis::Gram);
         assert_eq!(list, vec![(5, nb.scores[4])]);
         assert!(r.similar(0, 3).is_none(), "not a candidate");
-        let json = serde_json::to_string(&r.stored().unwrap()).unwrap();
+        let json = serde_json::to_string(&crate::train::StoredRanker::of(&r).unwrap()).unwrap();
         let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
@@ -668,7 +666,7 @@ mod tests {
         let old = ItemRanker::new(6, vec![3, 1], vec![5.0, 9.0], ItemScorer::Popularity, 0.0);
         assert_eq!(top(&old, &[]), vec![1, 3]);
         // The stored form keeps the counts.
-        let json = serde_json::to_string(&one.stored().unwrap()).unwrap();
+        let json = serde_json::to_string(&crate::train::StoredRanker::of(&one).unwrap()).unwrap();
         let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
