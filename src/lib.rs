@@ -24,6 +24,7 @@ pub mod lanes;
 pub mod ldp;
 pub mod link_secret;
 pub mod metrics;
+pub mod model;
 pub mod numerics;
 pub mod release;
 /// The former name of [`release`], kept for callers written against it.

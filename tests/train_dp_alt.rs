@@ -127,7 +127,7 @@ fn learns_on_low_rank_data_and_rejects_bad_parameters() {
         dprec_lab::eval::evaluate_fold_with(t.as_ref(), &fold, RatingScale::ONE_TO_FIVE, 2, None)
             .unwrap();
     let mu = train.mean();
-    let mean_only = dprec::train::model::rmse(&vec![mu; test.len()], &test);
+    let mean_only = dprec::model::factor::rmse(&vec![mu; test.len()], &test);
     assert!(
         res.rmse < mean_only - 0.05,
         "dp-alt {} vs mean-only {mean_only}",

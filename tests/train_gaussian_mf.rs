@@ -638,9 +638,9 @@ fn with_true_items_and_large_eps_it_matches_the_nonprivate_user_solve() {
         exact.user_bias[u] = b[d];
     }
     let rmse =
-        |model: &FactorModel| dprec::train::model::rmse(&model.predict_all(&t.test), &t.test);
+        |model: &FactorModel| dprec::model::factor::rmse(&model.predict_all(&t.test), &t.test);
     let (r_dp, r_exact) = (rmse(&dp), rmse(&exact));
-    let mean_only = dprec::train::model::rmse(&vec![t.train.mean(); t.test.len()], &t.test);
+    let mean_only = dprec::model::factor::rmse(&vec![t.train.mean(); t.test.len()], &t.test);
     eprintln!("dp {r_dp:.4} exact {r_exact:.4} mean-only {mean_only:.4}");
     assert!(
         (r_dp - r_exact).abs() < 0.01,

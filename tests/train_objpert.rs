@@ -7,7 +7,7 @@
 use crate::common;
 
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::train::model::rmse;
+use dprec::model::factor::rmse;
 use dprec::train::predictors::objpert::{
     approximation_noise, budget_split, clip_rows, dp_item_step, solve_item, ItemStepConfig,
     MeanRelease,

@@ -16,12 +16,12 @@ use std::time::Instant;
 use crate::config::Settings;
 use crate::data::RatingScale;
 use crate::metrics::Metrics;
+use crate::model::history::DpTotal;
 use crate::serve::{Popularity, Published, Registry, ReleaseMeta, StoredModel};
 use crate::store::{
     commit_charges_only, commit_release, now_ms, CommitError, InjectedFailure, InsideTxHook,
     ModelRow, Store, StoreError,
 };
-use crate::train::topn::history::DpTotal;
 use crate::train::{Guarantee, ReleaseCharges, StoredRanker, TrainError, Trainer};
 use dprec_dp::accountant::{LifetimePlan, PrivacyEvent};
 use dprec_dp::ledger::SharePolicy;
@@ -727,13 +727,13 @@ impl Retrainer {
     /// The counts filter state of the last published release, when a release of the same
     /// trainer under a guarantee that covers this one's (as [`Self::prior`]) published it,
     /// re-indexed to this release's items. The trainer checks that it counts the same
-    /// thing ([`crate::train::topn::history::CountHistory::basis`]).
+    /// thing ([`crate::model::history::CountHistory::basis`]).
     fn prior_counts(
         &self,
         set: &TrainingSet,
         release: Guarantee,
         trainer: &str,
-    ) -> Option<crate::train::topn::history::CountHistory> {
+    ) -> Option<crate::model::history::CountHistory> {
         let p = self.registry.current()?;
         (prior_covers(p.guarantee, release) && p.trainer == trainer)
             .then(|| p.count_history(&set.item_ids))

@@ -441,7 +441,7 @@ pub async fn fit(
     set: TrainingSet,
     cfg: &ReleaseConfig,
     prior: Option<FactorModel>,
-    prior_counts: Option<crate::train::topn::history::CountHistory>,
+    prior_counts: Option<crate::model::history::CountHistory>,
 ) -> Result<(Fitted, DpRng, TrainingSet), ReleaseError> {
     let (scale, seed) = (cfg.scale, cfg.seed);
     let declared = trainer.guarantee();

@@ -22,7 +22,7 @@ pub struct UserFacts {
     /// The user's profile solved from these ratings under a joint-DP release (release id,
     /// profile): computed once per release and these facts; new ratings make new facts,
     /// so the solve is refreshed when the user's ratings change.
-    pub solved: std::sync::OnceLock<(i64, Arc<crate::train::predictors::joint_als::UserProfile>)>,
+    pub solved: std::sync::OnceLock<(i64, Arc<crate::model::joint_als::UserProfile>)>,
 }
 
 impl UserFacts {

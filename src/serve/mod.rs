@@ -10,8 +10,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
-use crate::train::ranker::{top_k, SimilarBasis};
-use crate::train::{FactorModel, Guarantee, Ranker, StoredRanker};
+use crate::model::ranker::{top_k, SimilarBasis};
+use crate::model::{FactorModel, Ranker, StoredRanker};
+use dprec_dp::charges::Guarantee;
 
 /// A release's stored model (the `model` column): the factor model and, for trainers
 /// served through a ranker (item-side top-N models), that ranker. Rows written before
@@ -376,10 +377,7 @@ impl Published {
 
     /// The served ranker's counts filter state ([`Ranker::count_history`]), re-indexed to
     /// `items` by id (an item this release did not have starts with no earlier count).
-    pub fn count_history(
-        &self,
-        items: &[String],
-    ) -> Option<crate::train::topn::history::CountHistory> {
+    pub fn count_history(&self, items: &[String]) -> Option<crate::model::history::CountHistory> {
         let h = self.ranker.as_ref()?.count_history()?;
         Some(h.reindexed(items.len(), |j| self.item_index(&items[j])))
     }

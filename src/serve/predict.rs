@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::facts::UserFacts;
 use super::Published;
-use crate::train::predictors::joint_als::UserProfile;
+use crate::model::joint_als::UserProfile;
 
 impl Published {
     /// The user's own ratings in this release's item indices (items outside it dropped);
@@ -90,8 +90,8 @@ impl Published {
 mod tests {
     use super::*;
     use crate::data::RatingScale;
-    use crate::train::predictors::joint_als::JointAls;
-    use crate::train::FactorModel;
+    use crate::model::joint_als::JointAls;
+    use crate::model::FactorModel;
 
     fn joint() -> Published {
         let side = JointAls {
@@ -109,7 +109,7 @@ mod tests {
             crate::serve::ReleaseMeta {
                 release_id: 7,
                 trainer: "dp-alt".into(),
-                guarantee: crate::train::Guarantee::Proven,
+                guarantee: dprec_dp::charges::Guarantee::Proven,
                 created_at: 0,
             },
             model,

@@ -16,12 +16,8 @@ pub mod topn;
 // interface and the two units; and a trainer as served after several releases.
 pub mod after_releases;
 pub mod dp_stats;
-pub mod model;
 pub mod params;
 pub mod per_rating;
-pub mod profile;
-pub mod ranker;
-pub mod stored_ranker;
 pub mod units;
 
 use local::{blp_mog_mf, private_gd};
@@ -29,13 +25,13 @@ use nonprivate::{als, baseline, sgd};
 use predictors::{dp_alt, gaussian_mf, objpert};
 use topn::{dp_topn, references};
 
+pub use crate::model::FactorModel;
+pub use crate::model::Ranker;
+pub use crate::model::StoredRanker;
 pub use after_releases::AfterReleases;
 pub use dprec_dp::charges::{Guarantee, ReleaseCharges};
-pub use model::FactorModel;
 pub use params::{ParamError, Params};
 pub use per_rating::PerRating;
-pub use ranker::Ranker;
-pub use stored_ranker::StoredRanker;
 
 use crate::data::{Interactions, RatingScale, Ratings};
 use dprec_dp::rng::DpRng;
@@ -46,6 +42,12 @@ pub(crate) fn invalid(key: &str, reason: impl Into<String>) -> TrainError {
         key: key.to_owned(),
         reason: reason.into(),
     })
+}
+
+impl From<crate::model::history::InvalidUpdate> for TrainError {
+    fn from(e: crate::model::history::InvalidUpdate) -> Self {
+        invalid(e.key, e.reason)
+    }
 }
 
 /// A numerical failure of a solve or a decomposition, with its message.
@@ -106,7 +108,7 @@ pub struct TrainData<'a> {
     pub prior: Option<&'a FactorModel>,
     /// The last published release's counts filter state ([`topn::history`]), re-indexed to
     /// these items: published outputs, so public inputs of this release's counts.
-    pub prior_counts: Option<&'a topn::history::CountHistory>,
+    pub prior_counts: Option<&'a crate::model::history::CountHistory>,
     /// The external user and item ids of the indices (the store's), when known: the
     /// keyed subset hash of `dp-topn` reads them so that a database computes the same
     /// rows (`train::topn::suffstats`). `None`: the decimal indices stand for them.

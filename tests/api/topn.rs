@@ -322,8 +322,8 @@ async fn default_split_on_a_small_store_serves_dp_popularity(url: &str) {
 }
 both_backends!(default_split_on_a_small_store_serves_dp_popularity);
 
-/// The counts filter state ([`dprec::train::topn::history`]) stored with a release.
-async fn stored_history(app: &TestApp) -> dprec::train::topn::history::CountHistory {
+/// The counts filter state ([`dprec::model::history`]) stored with a release.
+async fn stored_history(app: &TestApp) -> dprec::model::history::CountHistory {
     let row = app.store.latest_model().await.unwrap().unwrap();
     let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
     match stored.ranker.expect("dp-topn stores its ranker") {
@@ -368,8 +368,8 @@ async fn served_counts_combine_releases_across_a_restart(url: &str) {
 /// and every item's variance falls.
 async fn next_state(
     app: &TestApp,
-    before: &dprec::train::topn::history::CountHistory,
-) -> dprec::train::topn::history::CountHistory {
+    before: &dprec::model::history::CountHistory,
+) -> dprec::model::history::CountHistory {
     let job = app.retrain().await;
     assert_eq!(job.status, "succeeded", "{job:?}");
     let after = stored_history(app).await;

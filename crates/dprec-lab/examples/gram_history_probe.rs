@@ -1,5 +1,5 @@
 //! A probe, not a served path: what combining the DP Gram across releases (as the counts
-//! are combined, `dprec::train::topn::history`) could buy on MovieLens-100K. Each fold's
+//! are combined, `dprec::model::history`) could buy on MovieLens-100K. Each fold's
 //! training set is released `N` times by `dp-topn` with the Gram forced (`split=gram`, the
 //! service's calibration otherwise); the served counts are combined as the service does;
 //! the Gram entries over a candidate set fixed from the combined counts are averaged over
@@ -27,12 +27,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dprec::data::{Interactions, RatingScale};
+use dprec::model::history::{drift_for, CountHistory};
+use dprec::model::item_ranker::{ItemRanker, ItemScorer};
 use dprec::numerics::sym_eigen::top_eigen;
 use dprec::train::topn::dp_topn::{
     ease_weights, noise_edge, select_candidates, DpTopN, GramRelease,
 };
-use dprec::train::topn::history::{drift_for, CountHistory};
-use dprec::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use dprec::train::{self, Params, TrainData, Trainer};
 use dprec_lab::eval::{ranking_metrics, AfterReleases, RankingConfig};
 use dprec_lab::folds::{self, Fold};

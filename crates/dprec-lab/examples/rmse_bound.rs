@@ -86,7 +86,7 @@ fn rmse(f: &Fold, scale: RatingScale, mean: f64, ub: &[f64], ib: &[f64]) -> f64 
     let pred: Vec<f64> = (0..t.len())
         .map(|p| scale.clamp(mean + ub[t.users[p] as usize] + ib[t.items[p] as usize]))
         .collect();
-    dprec::train::model::rmse(&pred, t)
+    dprec::model::factor::rmse(&pred, t)
 }
 
 /// User biases from the user's own ratings given item biases (the joint-DP user side).

@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dprec::data::{movielens, Interactions};
+use dprec::model::item_ranker::{ItemRanker, Neighbours};
 use dprec::serve::{Published, ReleaseMeta};
-use dprec::train::topn::item_ranker::{ItemRanker, Neighbours};
 use dprec::train::{self, Guarantee, Params, Ranker, StoredRanker, TrainData};
 
 /// The 10 nearest items of every item in `items` by cosine of the binary columns.

@@ -205,7 +205,7 @@ fn main() -> anyhow::Result<()> {
             .and_then(|r| dprec::train::StoredRanker::of(r.as_ref()))
         {
             let d = match &model.scorer {
-                dprec::train::topn::item_ranker::ItemScorer::Projection { d, .. } => *d,
+                dprec::model::item_ranker::ItemScorer::Projection { d, .. } => *d,
                 _ => 0,
             };
             println!("{name}: {} candidates, d {d}", model.candidates.len());

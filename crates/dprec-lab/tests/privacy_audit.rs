@@ -402,8 +402,8 @@ fn dp_topn_release_audited_for_both_units() {
     }
 }
 
+use dprec::model::joint_als::JointAls;
 use dprec::train::predictors::dp_alt::DpAlt;
-use dprec::train::predictors::joint_als::JointAls;
 
 /// `dp-alt`'s served form (biases only, one round) at a one-release plan of eps_u 4 (z =
 /// 1.61 through the Renyi filter, about eps_u 3's noise by the plain conversion: with

@@ -624,7 +624,7 @@ mod tests {
         };
         let (model, _) = fit_mog_mf(&t, &r, &m, RatingScale::ONE_TO_FIVE, &mut seeded(2)).unwrap();
         let pred = model.predict_all(&r);
-        let rmse = crate::train::model::rmse(&pred, &r);
+        let rmse = crate::model::factor::rmse(&pred, &r);
         assert!(rmse < 0.15, "rmse {rmse}");
     }
 
@@ -647,11 +647,11 @@ mod tests {
             .fit(&TrainData::new(&r, &Interactions::new(&r), scale), &mut rng)
             .unwrap();
         let pred = fitted.model.predict_all(&r);
-        let model_rmse = crate::train::model::rmse(&pred, &r);
+        let model_rmse = crate::model::factor::rmse(&pred, &r);
         let noisy =
             simulate_clients(&r, scale, 2.0, Simulated::BoundedLaplace, &mut seeded(4)).unwrap();
         let raw: Vec<f64> = noisy.values.iter().map(|&v| v as f64).collect();
-        let noisy_rmse = crate::train::model::rmse(&raw, &r);
+        let noisy_rmse = crate::model::factor::rmse(&raw, &r);
         assert!(
             model_rmse < 0.6 * noisy_rmse,
             "{model_rmse} vs {noisy_rmse}"

@@ -374,7 +374,7 @@ mod tests {
             .unwrap();
             let t = PrivateGd::from_params(&p).unwrap();
             let f = t.fit(&data, &mut seeded(1)).unwrap();
-            crate::train::model::rmse(&f.model.predict_all(&r), &r)
+            crate::model::factor::rmse(&f.model.predict_all(&r), &r)
         };
         let hi = rmse("200");
         let lo = rmse("0.05");

@@ -27,7 +27,6 @@
 //! the others are charged `t`. `z` is fixed (or calibrated through the accountant) from
 //! configuration before any data is seen (DESIGN 5).
 
-pub mod model;
 pub mod sgd;
 
 use std::sync::Arc;
@@ -35,10 +34,10 @@ use std::sync::Arc;
 use ndarray::{Array1, Array2};
 use rand::seq::SliceRandom;
 
-use self::model::{NbmModel, NO_ANCHOR};
 use self::sgd::{LoopConfig, LoopStats, Update};
 use super::predictors::gaussian_mf::calibrate_decreasing;
 use super::{FactorModel, Fitted, Guarantee, Params, ReleaseCharges, TrainData, TrainError};
+use crate::model::nbm::{NbmModel, NO_ANCHOR};
 use crate::train::invalid;
 use crate::train::PerRating;
 use dprec_dp::accountant::PrivacyEvent;

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
-use super::model::NbmModel;
+use crate::model::nbm::NbmModel;
 use dprec_dp::rng::DpRng;
 
 /// One user's gradient, sparse.
@@ -56,7 +56,7 @@ pub fn user_gradient(model: &NbmModel, own: &[(usize, f64)]) -> UserGrad {
         .iter()
         .filter_map(|&(j, r)| {
             let a = model.anchor_of[j];
-            (a != super::model::NO_ANCHOR).then(|| (j, a as usize, r - off(j)))
+            (a != crate::model::nbm::NO_ANCHOR).then(|| (j, a as usize, r - off(j)))
         })
         .collect();
     let mut g = UserGrad {
@@ -305,9 +305,9 @@ fn accumulate(acc: &mut DenseGrad, model: &NbmModel) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::NO_ANCHOR;
     use super::*;
     use crate::data::RatingScale;
+    use crate::model::nbm::NO_ANCHOR;
     use dprec_dp::privacy::stats::{ks_critical, ks_statistic, normal_cdf};
 
     fn model(n: usize, s0: f64) -> NbmModel {

@@ -31,8 +31,8 @@
 use rand::Rng;
 
 use crate::data::RatingScale;
+use crate::model::joint_als::{project, JointAls};
 use crate::numerics::linalg::cholesky_solve;
-use crate::train::predictors::joint_als::{project, JointAls};
 use crate::train::topn::dp_topn::{
     eps_r_param, participation, rating_eps, served_eps_r, ReleasePlan,
 };

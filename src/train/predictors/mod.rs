@@ -4,6 +4,5 @@
 
 pub mod dp_alt;
 pub mod gaussian_mf;
-pub mod joint_als;
 pub mod objpert;
 pub mod ssp;

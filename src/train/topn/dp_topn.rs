@@ -36,10 +36,10 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
+use crate::model::history::{drift_for, CountHistory, GramState};
+use crate::model::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::train::topn::contribution::{Contribution, Liked};
-use crate::train::topn::history::{drift_for, CountHistory, GramState};
-use crate::train::topn::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram, ListHits};
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
@@ -830,7 +830,7 @@ pub struct DpTopN {
     /// Which ratings a release counts.
     pub liked: Liked,
     /// Whether the served counts combine this release's with the earlier releases'
-    /// ([`history`](crate::train::topn::history); post-processing, no charge).
+    /// ([`history`](crate::model::history); post-processing, no charge).
     pub combine_releases: bool,
 }
 
@@ -1279,13 +1279,13 @@ impl DpTopN {
         counts: &[f64],
         sigma_count: f64,
     ) -> Result<CountHistory, TrainError> {
-        CountHistory::update(
+        Ok(CountHistory::update(
             data.prior_counts,
             &self.count_basis(data.scale),
             counts,
             sigma_count,
             drift_for(self.plan.releases),
-        )
+        )?)
     }
 
     /// The selection statistic of a selecting release (after its counts and Gram): adds
@@ -2600,7 +2600,7 @@ mod tests {
         // user's own group is held out; EASE's top 10 (all of the user's group) finds it
         // more often than the counts' (half of each group): 502 against 206 users here,
         // asserted at least 1.5 times.
-        use crate::train::ranker::Ranker;
+        use crate::model::ranker::Ranker;
         let mut g = dprec_dp::rng::seeded(8);
         let held: Vec<u32> = (0..m.n_users)
             .map(|u| {
@@ -2721,9 +2721,9 @@ mod tests {
             // What is served: the pooled counts' order, for any user.
             let ranker = t.solve(&rel, 400).unwrap();
             let mut scores = vec![0.0; 400];
-            use crate::train::ranker::Ranker;
+            use crate::model::ranker::Ranker;
             ranker.score_items(None, &[(3, 4.0)], &mut scores);
-            let list = crate::train::ranker::top_k(&scores, &[false; 400], 10);
+            let list = crate::model::ranker::top_k(&scores, &[false; 400], 10);
             let mut by_count: Vec<usize> = (0..400).collect();
             by_count.sort_by(|&a, &b| {
                 rel.noisy_counts[b]
@@ -2821,7 +2821,7 @@ mod tests {
                 scores(&own, &mut s);
                 let mut excluded = vec![false; s.len()];
                 own.iter().for_each(|&(j, _)| excluded[j] = true);
-                crate::train::ranker::top_k(&s, &excluded, 10).contains(&(held[u] as usize))
+                crate::model::ranker::top_k(&s, &excluded, 10).contains(&(held[u] as usize))
             })
             .count()
     }
@@ -2855,7 +2855,7 @@ mod tests {
             .release_counts_only(&data, &mut dprec_dp::rng::seeded(1))
             .unwrap();
         let hits = |scores: &Scorer| held_out_hits(&m, &held, scores);
-        use crate::train::ranker::Ranker;
+        use crate::model::ranker::Ranker;
         let personal = hits(&|own, out| ranker.score_items(None, own, out));
         let popular = hits(&|_, out| out.copy_from_slice(&pop_rel.noisy_counts));
         // Personal lists rank among the user's 100-item group (10 of 70 unseen); DP

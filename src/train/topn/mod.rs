@@ -5,8 +5,6 @@
 pub mod continual;
 pub mod contribution;
 pub mod dp_topn;
-pub mod history;
-pub mod item_ranker;
 pub mod references;
 pub mod selection;
 pub mod suffstats;

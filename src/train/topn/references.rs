@@ -6,9 +6,9 @@
 //! - `ease`: EASE (Steck 2019) on the exact binary Gram of the whole catalogue
 //!   (non-private, lambda 300 by default).
 
+use crate::model::item_ranker::{ItemRanker, ItemScorer};
 use crate::train::topn::contribution::{Contribution, Liked};
 use crate::train::topn::dp_topn::{self, DpTopN, ReleasePlan};
-use crate::train::topn::item_ranker::{ItemRanker, ItemScorer};
 use crate::train::{FactorModel, Fitted, Guarantee, Params, TrainData, TrainError, Trainer};
 use dprec_dp::accountant::PrivacyEvent;
 use dprec_dp::rng::DpRng;

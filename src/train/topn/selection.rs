@@ -12,8 +12,8 @@
 
 use rayon::prelude::*;
 
-use crate::train::topn::history::GramState;
-use crate::train::topn::item_ranker::{ItemItemSums, ItemRanker, ItemScorer};
+use crate::model::history::GramState;
+use crate::model::item_ranker::{ItemItemSums, ItemRanker, ItemScorer};
 use crate::train::topn::suffstats::gram_weight;
 use crate::train::{numerical, TrainError};
 use dprec_dp::privacy::continuous::gaussian;
@@ -275,7 +275,7 @@ pub fn select_rest_is_gram(prior: Option<&GramState>, explore: u64, margin: f64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::ranker::Ranker;
+    use crate::model::ranker::Ranker;
     use rand::Rng;
 
     /// The noise of `D` has sd `z_s`: 4,000 draws at a fixed seed, the sample sd within

@@ -22,7 +22,7 @@ use dprec::train::topn::dp_topn::{add_symmetric_noise, ease_weights, noise_edge}
 use dprec_dp::privacy::tree::{decomposition, ArrivalCap, TreeCounter};
 use dprec_dp::rng::{seeded, split, DpRng};
 
-use dprec::train::topn::history::{drift_for, CountHistory};
+use dprec::model::history::{drift_for, CountHistory};
 
 use super::{next_periods, service_exact, Event, NextPeriod};
 

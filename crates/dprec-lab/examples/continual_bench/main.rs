@@ -24,7 +24,7 @@
 //!   `z_L` for `L = levels(T)` composed Gaussians;
 //! - `service rule, independent, combined`: the first method's releases, each served as
 //!   the counts filter's combination with the earlier ones
-//!   (`dprec::train::topn::history`, drift `1 / T`; post-processing, the same charges).
+//!   (`dprec::model::history`, drift `1 / T`; post-processing, the same charges).
 //!
 //! Reported per `T`, mean (± sd) over seeds: the MSE per item of the released counts
 //! against the method's own exact counts, averaged over periods; and the ranking quality
@@ -36,8 +36,8 @@ use std::path::PathBuf;
 
 mod gram;
 
+use dprec::model::history::{drift_for, CountHistory};
 use dprec::train::topn::dp_topn::{DpTopN, ReleasePlan};
-use dprec::train::topn::history::{drift_for, CountHistory};
 use dprec_dp::privacy::tree::{levels, ArrivalCap, TreeCounter};
 use dprec_dp::rng::{seeded, split, DpRng};
 use dprec_lab::eval::ranking::list_metrics;

@@ -18,7 +18,7 @@ use dprec_dp::rng;
 
 pub use ranking::{ranking_metrics, RankingConfig, RankingMetrics};
 
-pub use dprec::train::model::{mae, rmse};
+pub use dprec::model::factor::{mae, rmse};
 pub use dprec::train::AfterReleases;
 
 /// Accuracy and cost of one trainer on one fold.

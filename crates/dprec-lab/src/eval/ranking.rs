@@ -62,7 +62,7 @@ pub struct RankingMetrics {
 }
 
 /// The list function the service uses too (serving equals eval).
-pub use dprec::train::ranker::top_k;
+pub use dprec::model::ranker::top_k;
 
 /// Precision, recall and NDCG at `k` of one list against a relevant set.
 pub fn list_metrics(list: &[usize], relevant: &[usize], k: usize) -> (f64, f64, f64) {

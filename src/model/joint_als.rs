@@ -11,9 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
+pub use crate::model::profile::UserProfile;
+use crate::model::ranker::Ranker;
 use crate::numerics::linalg::cholesky_solve;
-pub use crate::train::profile::UserProfile;
-use crate::train::ranker::Ranker;
 
 /// The published item side of a joint-DP rating predictor.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -6,8 +6,8 @@
 //! scores are `x_u B` (item-item, projection) and a factor model with a stored user row
 //! rank through the same call.
 
-use crate::train::profile::UserProfile;
-use crate::train::FactorModel;
+use crate::model::profile::UserProfile;
+use crate::model::FactorModel;
 
 /// Scores items for one user from a published model and the user's own ratings.
 pub trait Ranker: Send + Sync + std::fmt::Debug {
@@ -46,7 +46,7 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
     /// The state of the filter that combined this model's DP counts with the earlier
     /// releases' (post-processing; the next release continues it); `None` when the model
     /// keeps none.
-    fn count_history(&self) -> Option<&crate::train::topn::history::CountHistory> {
+    fn count_history(&self) -> Option<&crate::model::history::CountHistory> {
         None
     }
 

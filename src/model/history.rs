@@ -14,7 +14,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::{invalid, TrainError};
+/// A refused parameter of a counts update: which, and why (a trainer reports it as its
+/// own invalid parameter).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct InvalidUpdate {
+    pub key: &'static str,
+    pub reason: String,
+}
 
 /// The filter's state after a release, per catalogue item: the estimate served and its
 /// variance. `basis` names what the counts count (the contribution rule); a state is only
@@ -165,18 +172,18 @@ impl CountHistory {
         counts: &[f64],
         sigma: f64,
         drift: f64,
-    ) -> Result<Self, TrainError> {
+    ) -> Result<Self, InvalidUpdate> {
         if !(sigma.is_finite() && sigma > 0.0) {
-            return Err(invalid(
-                "sigma",
-                format!("the counts' noise sd must be finite and positive, got {sigma}"),
-            ));
+            return Err(InvalidUpdate {
+                key: "sigma",
+                reason: format!("the counts' noise sd must be finite and positive, got {sigma}"),
+            });
         }
         if !(drift.is_finite() && drift >= 0.0) {
-            return Err(invalid(
-                "drift",
-                format!("must be finite and >= 0, got {drift}"),
-            ));
+            return Err(InvalidUpdate {
+                key: "drift",
+                reason: format!("must be finite and >= 0, got {drift}"),
+            });
         }
         let v = sigma * sigma;
         let prev = prev.filter(|p| p.basis == basis && p.mean.len() == counts.len());
@@ -257,7 +264,7 @@ mod tests {
     use dprec_dp::rng::seeded;
 
     /// The state after one release with no earlier one.
-    fn first(basis: &str, counts: &[f64], sigma: f64) -> Result<CountHistory, TrainError> {
+    fn first(basis: &str, counts: &[f64], sigma: f64) -> Result<CountHistory, InvalidUpdate> {
         CountHistory::update(None, basis, counts, sigma, 0.0)
     }
 

@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::data::RatingScale;
-use crate::train::ranker::EXPLANATIONS;
-use crate::train::Ranker;
+use crate::model::ranker::EXPLANATIONS;
+use crate::model::Ranker;
 
 /// Marks an item that is not an anchor (has no column in `sim`).
 pub const NO_ANCHOR: u32 = u32::MAX;
@@ -254,16 +254,16 @@ impl Ranker for NbmModel {
         &self,
         item: usize,
         n: usize,
-    ) -> Option<(crate::train::ranker::SimilarBasis, Vec<(usize, f64)>)> {
+    ) -> Option<(crate::model::ranker::SimilarBasis, Vec<(usize, f64)>)> {
         let list = NbmModel::similar(self, item, n);
-        Some((crate::train::ranker::SimilarBasis::Weights, list))
+        Some((crate::model::ranker::SimilarBasis::Weights, list))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::StoredRanker;
+    use crate::model::StoredRanker;
 
     /// 3 items, anchors {0, 1}.
     fn model() -> NbmModel {
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(
             back.similar(2, 5),
             Some((
-                crate::train::ranker::SimilarBasis::Weights,
+                crate::model::ranker::SimilarBasis::Weights,
                 vec![(0, 2.0), (1, 1.0)]
             ))
         );

@@ -13,9 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::ranker::SimilarBasis;
-use crate::train::topn::history::CountHistory;
-use crate::train::Ranker;
+use crate::model::history::CountHistory;
+use crate::model::ranker::SimilarBasis;
+use crate::model::Ranker;
 
 /// How candidate items are scored from the user's row.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -501,8 +501,8 @@ mod tests {
             },
             0.5,
         );
-        let json = serde_json::to_string(&crate::train::StoredRanker::of(&r).unwrap()).unwrap();
-        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
+        let json = serde_json::to_string(&crate::model::StoredRanker::of(&r).unwrap()).unwrap();
+        let back = serde_json::from_str::<crate::model::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         let own = [(3, 4.0), (1, 2.0)];
@@ -514,7 +514,7 @@ mod tests {
         assert_eq!(back.popularity_counts().unwrap(), vec![9.0, 0.0, 0.0, 7.0]);
         let bad = json.replace("[0.5,-1.0,2.0,0.25]", "[0.5,-1.0,2.0]");
         assert_ne!(bad, json);
-        assert!(serde_json::from_str::<crate::train::StoredRanker>(&bad).is_err());
+        assert!(serde_json::from_str::<crate::model::StoredRanker>(&bad).is_err());
     }
 
     /// Neighbours are the cosine of the Gram's rows, best first, the item itself left
@@ -565,13 +565,13 @@ mod tests {
         assert_eq!(basis, SimilarBasis::Gram);
         assert_eq!(list, vec![(5, nb.scores[4])]);
         assert!(r.similar(0, 3).is_none(), "not a candidate");
-        let json = serde_json::to_string(&crate::train::StoredRanker::of(&r).unwrap()).unwrap();
-        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
+        let json = serde_json::to_string(&crate::model::StoredRanker::of(&r).unwrap()).unwrap();
+        let back = serde_json::from_str::<crate::model::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         assert_eq!(back.similar(7, 5), r.similar(7, 5));
         let bad = json.replace("\"per_item\":2", "\"per_item\":3");
-        assert!(serde_json::from_str::<crate::train::StoredRanker>(&bad).is_err());
+        assert!(serde_json::from_str::<crate::model::StoredRanker>(&bad).is_err());
     }
 
     #[test]
@@ -622,10 +622,10 @@ mod tests {
         }
         // A Gram state must be K x K over held candidates inside the catalogue.
         let with_gram = |candidates: Vec<u32>, sum_len: usize| CountHistory {
-            gram: Some(Box::new(crate::train::topn::history::GramState {
+            gram: Some(Box::new(crate::model::history::GramState {
                 candidates,
                 sum: vec![0.0; sum_len],
-                ..crate::train::topn::history::GramState::empty()
+                ..crate::model::history::GramState::empty()
             })),
             ..h(3, 2.0)
         };
@@ -647,7 +647,7 @@ mod tests {
             r.score_items(None, own, &mut s);
             let mut ex = vec![false; 6];
             own.iter().for_each(|&(j, _)| ex[j] = true);
-            crate::train::ranker::top_k(&s, &ex, 10)
+            crate::model::ranker::top_k(&s, &ex, 10)
         };
         let proj = ItemScorer::Projection {
             d: 1,
@@ -666,8 +666,8 @@ mod tests {
         let old = ItemRanker::new(6, vec![3, 1], vec![5.0, 9.0], ItemScorer::Popularity, 0.0);
         assert_eq!(top(&old, &[]), vec![1, 3]);
         // The stored form keeps the counts.
-        let json = serde_json::to_string(&crate::train::StoredRanker::of(&one).unwrap()).unwrap();
-        let back = serde_json::from_str::<crate::train::StoredRanker>(&json)
+        let json = serde_json::to_string(&crate::model::StoredRanker::of(&one).unwrap()).unwrap();
+        let back = serde_json::from_str::<crate::model::StoredRanker>(&json)
             .unwrap()
             .into_ranker();
         assert_eq!(back.popularity_counts().unwrap(), fill);

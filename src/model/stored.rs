@@ -2,10 +2,10 @@
 //! set of ranker models the service can serve, read from any [`Ranker`] by its concrete
 //! type (so the models need not know this list, and the list knows them).
 
-use crate::train::nbm::model::NbmModel;
-use crate::train::predictors::joint_als::JointAls;
-use crate::train::ranker::Ranker;
-use crate::train::topn::item_ranker::ItemRanker;
+use crate::model::item_ranker::ItemRanker;
+use crate::model::joint_als::JointAls;
+use crate::model::nbm::NbmModel;
+use crate::model::ranker::Ranker;
 
 /// A served ranker as stored with its release (JSON inside the model column).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
