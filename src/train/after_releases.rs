@@ -1,5 +1,5 @@
 //! A trainer as served after several releases: the counts filter state of each release
-//! carries into the next (`train::topn::history`), so an evaluation, a test or a bench
+//! carries into the next (`model::history`), so an evaluation, a test or a bench
 //! sees the model a store serves after `N` releases, not after its first.
 
 use dprec_dp::rng;
@@ -9,7 +9,7 @@ use crate::train::{Guarantee, TrainData, TrainError, Trainer};
 
 /// A trainer as the service serves it after `releases` releases of a store whose ratings
 /// do not change: fitted `releases` times on the same data (fresh noise each time), each
-/// fit continuing the previous one's counts filter state (`train::topn::history`); the
+/// fit continuing the previous one's counts filter state (`model::history`); the
 /// last fit is the result and its charges are one release's. The upper end of what
 /// combining releases buys: a live store's counts also drift between releases (the replay
 /// by time, `scripts/continual_replay.sh`, measures that). A trainer without such a state
