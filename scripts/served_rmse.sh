@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
 done
 bin=$(realpath "$bin" 2>/dev/null || echo "$bin")
 data=$(realpath "$data")
-[ -x "$bin" ] || { echo "served_rmse: no binary at $bin (cargo build --bin dprec, or --bin)" >&2; exit 2; }
+[ -x "$bin" ] || { echo "served_rmse: no binary at $bin (cargo build, which builds dprec and dprec-lab; or --bin)" >&2; exit 2; }
 [ -f "$data/u1.base" ] || { echo "served_rmse: no MovieLens-100K u1 split at $data" >&2; exit 2; }
 fail() { echo "served_rmse: FAILED: $*" >&2; exit 1; }
 

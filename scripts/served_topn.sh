@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 done
 bin=$(realpath "$bin" 2>/dev/null || echo "$bin")
 data=$(realpath "$data")
-[ -x "$bin" ] || { echo "served_topn: no binary at $bin (cargo build --release --bin dprec, or --bin)" >&2; exit 2; }
+[ -x "$bin" ] || { echo "served_topn: no binary at $bin (cargo build --release, which builds dprec and dprec-lab; or --bin)" >&2; exit 2; }
 [ -f "$data/u1.base" ] || { echo "served_topn: no MovieLens-100K u1 split at $data" >&2; exit 2; }
 
 # shellcheck source=lib/service.sh
