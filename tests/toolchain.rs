@@ -88,3 +88,22 @@ fn containerfile_and_readme_name_the_declared_rust_version() {
         "README.md must say `Rust {declared} or newer`"
     );
 }
+
+/// The README's first command, `cargo run --release -- serve`, must run the service: the
+/// workspace has two binaries (`dprec`, `dprec-lab`), so the root package names its own
+/// (`default-run`), or `cargo run` refuses to choose.
+#[test]
+fn cargo_run_at_the_root_runs_the_service() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        manifest["package"].get("default-run").and_then(|v| v.as_str()),
+        Some("dprec"),
+        "Cargo.toml [package] needs default-run = \"dprec\""
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("cargo run --release -- serve"));
+}
