@@ -100,7 +100,9 @@ fn cargo_run_at_the_root_runs_the_service() {
         .parse()
         .unwrap();
     assert_eq!(
-        manifest["package"].get("default-run").and_then(|v| v.as_str()),
+        manifest["package"]
+            .get("default-run")
+            .and_then(|v| v.as_str()),
         Some("dprec"),
         "Cargo.toml [package] needs default-run = \"dprec\""
     );
