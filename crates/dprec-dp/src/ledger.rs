@@ -326,7 +326,10 @@ impl UserBudget {
     /// left: the operator overview's figures for every user, without the audit's
     /// conversion.
     pub fn filter_use(&self) -> Result<(f64, bool), AccountantError> {
-        let filter = RenyiFilter::with_default_orders(self.eps, self.delta)?;
+        self.filter_use_in(&RenyiFilter::with_default_orders(self.eps, self.delta)?)
+    }
+
+    fn filter_use_in(&self, filter: &RenyiFilter) -> Result<(f64, bool), AccountantError> {
         let used = filter.filter_eps(&self.consumed)?;
         let exhausted = filter.remaining(&self.consumed)?.iter().all(|&r| r <= 0.0);
         Ok((used, exhausted))
@@ -341,7 +344,7 @@ impl UserBudget {
     ) -> Result<AuditSummary, AccountantError> {
         let filter = RenyiFilter::with_default_orders(self.eps, self.delta)?;
         let spent = filter.spent(&self.consumed)?;
-        let (filter_eps, exhausted) = self.filter_use()?;
+        let (filter_eps, exhausted) = self.filter_use_in(&filter)?;
         let releases_left = match per_release {
             Some(events) => compose_events(events, filter.orders())
                 .and_then(|cost| releases_left(&filter, &self.consumed, &cost))
@@ -359,8 +362,7 @@ impl UserBudget {
     /// The user's consumed curve after charging `events`, or `None` when the user's
     /// Renyi filter does not admit them (nothing is charged then).
     pub fn charge(&self, events: &[PrivacyEvent]) -> Result<Option<RdpCurve>, AccountantError> {
-        RenyiFilter::with_default_orders(self.eps, self.delta)?
-            .try_charge(&self.consumed, &user_cost(events)?)
+        Ok(self.charge_cost(&user_cost(events)?)?.map(|(_, next)| next))
     }
 }
 
