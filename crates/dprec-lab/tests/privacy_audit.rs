@@ -240,7 +240,7 @@ fn topn_data(canary: &[u32]) -> (Ratings, Interactions) {
 }
 
 /// `dp-topn` at a one-release plan of `eps_u`, both clips 1, the given cap and split
-/// (`gram`, `adaptive`, which on this data spends the rest on counts, or the served
+/// (`gram`, `counts`, a second count release pooled with the first, or the served
 /// `select`); its noise multiplied by `noise_factor` (below 1 only here: a defective
 /// trainer to be caught).
 fn topn(eps_u: f64, cap: usize, split: &str, noise_factor: f64) -> DpTopN {
@@ -328,8 +328,8 @@ fn topn_case(
 }
 
 /// The charged eps at `AUDIT_DELTA` of the correct trainer (noise factor 1): the user's
-/// planned event, or the rating-level Gaussian of a full participation (for the adaptive
-/// split, at the larger of its two branches' losses).
+/// planned event, or the rating-level Gaussian of a full participation (for a split that
+/// may take either branch, at the larger of the two branches' losses).
 fn topn_charged(unit: Unit, split: &str) -> f64 {
     let (t, _) = topn_case(unit, split, 1.0);
     let (z, _, _) = t.multipliers().unwrap();
@@ -354,12 +354,12 @@ fn topn_audit(unit: Unit, split: &str, noise_factor: f64, trials: usize, seed: u
     audit(&cfg, f, &mut seeded(seed)).eps_lower
 }
 
-/// Both units, for the Gram split and the adaptive one (which here takes the counts
-/// branch: the trace, the counts and the second counts compose to the charge), and the
-/// user level for the served selecting split's first release. A
+/// Both units, for the Gram split and the counts split (the counts and the second counts
+/// compose to the charge), and the user level for the served selecting split's first
+/// release (the trace test, the counts and the rest). A
 /// correct release's bound is below the charge (and at least a third of it: the attack
 /// has power); the same audit with the noise halved, or scaled by 1e-3 (missing), finds
-/// a bound above 1.1 times the charge. The adaptive split's rating case weakens the noise
+/// a bound above 1.1 times the charge. The counts split's rating case weakens the noise
 /// to 0.4 instead: its pooled counts are rounded to whole counts, which at this scale
 /// (sd about 1) costs the attack power (halved: eps_lower 2.8 against a charge of 3.2).
 ///
@@ -410,14 +410,14 @@ mod repeated {
 
     #[test]
     #[ignore = "6-7 s: CI runs it (cargo test -- --ignored repeated::)"]
-    fn dp_topn_release_audited_user_adaptive() {
-        dp_topn_release_audited(Unit::User, "adaptive", 0.5, 61);
+    fn dp_topn_release_audited_user_counts() {
+        dp_topn_release_audited(Unit::User, "counts", 0.5, 61);
     }
 
     #[test]
     #[ignore = "6-7 s: CI runs it (cargo test -- --ignored repeated::)"]
-    fn dp_topn_release_audited_rating_adaptive() {
-        dp_topn_release_audited(Unit::Rating, "adaptive", 0.4, 71);
+    fn dp_topn_release_audited_rating_counts() {
+        dp_topn_release_audited(Unit::Rating, "counts", 0.4, 71);
     }
 
     /// The served split's first release (no state: the trace test at the selection's

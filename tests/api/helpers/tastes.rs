@@ -66,9 +66,8 @@ pub fn topn_settings(url: &str) -> Settings {
         ("eps".to_string(), "20".to_string()),
         ("count_clip".to_string(), "1".to_string()),
         ("k".to_string(), "20".to_string()),
-        ("d".to_string(), "2".to_string()),
         // These services test the Gram path (personal lists, Gram neighbours); at 200
-        // users the default adaptive split would spend the rest on counts
+        // users the default selecting split would serve counts
         // (`default_split_on_a_small_store_serves_dp_popularity`).
         ("split".to_string(), "gram".to_string()),
     ]);

@@ -9,7 +9,9 @@
 //!   conversion of dp_accounting and Opacus;
 //! - [`RenyiFilter`]: admission control for a per-user (eps_u, delta_u) budget;
 //! - [`plan`]: the lifetime plan (T releases per user) and the calibration of
-//!   per-release noise from it, before any data is seen.
+//!   per-release noise from it, before any data is seen;
+//! - [`stages`]: a release as the Gaussian statistics it ran, composed and checked
+//!   against its charge before it is published.
 //!
 //! Tested against closed forms (unit tests here) and against golden vectors
 //! produced by Google's dp_accounting (`tests/accountant_golden.rs`, generated
@@ -22,6 +24,7 @@ mod filter;
 mod logmath;
 pub mod plan;
 pub mod rdp;
+pub mod stages;
 
 pub use conversion::{delta_from_rdp, eps_from_rdp, PrivacyGuarantee};
 pub use curve::{default_orders, validate_orders, RdpCurve, NUM_DEFAULT_ORDERS};
