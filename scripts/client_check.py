@@ -26,6 +26,7 @@ from dprec_client.models import (
     Health,
     IngestResult,
     ItemBatch,
+    ItemInput,
     Job,
     Problem,
     RatingBatch,
@@ -78,9 +79,15 @@ def register_catalogue(admin, reader):
     """The public catalogue first: ratings never create items."""
     r = expect(register_items.sync_detailed(client=admin, body=ItemBatch(items=ITEMS)), 200, RegisterResult)
     assert r.accepted == len(ITEMS), r
+    # An item's public information: an object beside plain ids.
+    info = ItemInput(id=ITEMS[0], title="Toy Story (1995)", labels=["Animation", "Comedy"])
+    r = expect(register_items.sync_detailed(client=admin, body=ItemBatch(items=[info, ITEMS[1]])), 200, RegisterResult)
+    assert (r.created, r.updated) == (0, 1), r
     cat = expect(list_items.sync_detailed(client=reader, limit=100), 200, Catalogue)
     assert cat.total == len(ITEMS) and cat.items == sorted(ITEMS), cat
-    print(f"catalogue: {cat.total} items registered")
+    first = next(d for d in cat.details if d.id == ITEMS[0])
+    assert (first.title, first.labels) == (info.title, info.labels), first
+    print(f"catalogue: {cat.total} items registered, one with a title and labels")
 
 
 def ingest_ratings(admin):

@@ -178,6 +178,12 @@ pub struct RatingSettings {
     pub step: f64,
     /// Longest accepted user or item id (bytes).
     pub max_id_len: usize,
+    /// Longest accepted item title in the catalogue (characters).
+    pub max_title_chars: usize,
+    /// Most labels one catalogue item may carry.
+    pub max_labels: usize,
+    /// Longest accepted item label (characters).
+    pub max_label_chars: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -378,6 +384,9 @@ impl Default for RatingSettings {
             max: 5.0,
             step: 0.5,
             max_id_len: 128,
+            max_title_chars: 200,
+            max_labels: 32,
+            max_label_chars: 64,
         }
     }
 }
@@ -487,8 +496,12 @@ impl Settings {
         if self.server.max_batch == 0 || self.server.max_body_bytes < 1024 {
             bail!("server.max_batch must be >= 1 and server.max_body_bytes >= 1024");
         }
-        if self.ratings.max_id_len == 0 {
-            bail!("ratings.max_id_len must be >= 1");
+        let r = &self.ratings;
+        if r.max_id_len == 0 || r.max_title_chars == 0 || r.max_label_chars == 0 {
+            bail!(
+                "ratings.max_id_len, ratings.max_title_chars and ratings.max_label_chars must \
+                 be >= 1"
+            );
         }
         if self.scheduler.retrain_interval_secs == 0 || self.scheduler.lease_secs == 0 {
             bail!("scheduler.retrain_interval_secs and scheduler.lease_secs must be >= 1");

@@ -1,12 +1,13 @@
 //! `dprec import`: loads MovieLens ratings into a running service through the batch
 //! endpoint, with a progress bar, reporting ratings/s at the end. It first registers the
 //! public item catalogue (`POST /v1/admin/items`; ratings never create items): the
-//! release's `u.item` / `movies.dat` / `movies.csv` beside the ratings file, else the
-//! distinct items of the imported file (said on stdout).
+//! release's `u.item` / `movies.dat` / `movies.csv` beside the ratings file, with each
+//! movie's title and genres (labels), else the distinct items of the imported file (said
+//! on stdout).
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -16,6 +17,8 @@ use serde_json::json;
 
 use crate::api::domain::Epsilon;
 use crate::data::movielens::{self, Format};
+use crate::model::catalogue::movielens::{parse_u_genre, CatalogueFormat, ML100K_GENRES};
+use crate::model::catalogue::ItemInfo;
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
@@ -131,8 +134,8 @@ fn check_eps(e: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Registers the catalogue file beside `file` (`u.item`, `movies.dat`, `movies.csv`) and
-/// returns `None`; without one, says so and returns the (empty) set of items registered
+/// Registers the catalogue file beside `file` (`u.item`, `movies.dat`, `movies.csv`),
+/// titles and genres included, and returns `None`; without one, says so and returns the (empty) set of items registered
 /// so far, to be filled batch by batch from the ratings file.
 fn register_catalogue(
     api: &Api,
@@ -148,14 +151,40 @@ fn register_catalogue(
         );
         return Ok(Some(HashSet::new()));
     };
-    let ids = movielens::read_catalogue(&cat)?;
-    let created = api.register(&ids, batch)?;
+    let items = read_catalogue_info(&cat)?;
+    let (created, updated) = api.register_info(&items, batch)?;
+    let titled = items.iter().filter(|i| i.title.is_some()).count();
+    let labelled = items.iter().filter(|i| !i.labels.is_empty()).count();
     println!(
-        "registered the catalogue of {}: {} items ({created} new)",
+        "registered the catalogue of {}: {} items ({created} new, {updated} updated), \
+         {titled} with a title, {labelled} with labels",
         cat.display(),
-        ids.len()
+        items.len()
     );
     Ok(None)
+}
+
+/// The items of a MovieLens catalogue file with their titles and genres
+/// ([`crate::model::catalogue::movielens`]); a `u.item`'s genres are named by the `u.genre`
+/// beside it, or are MovieLens-100K's when there is none.
+pub fn read_catalogue_info(path: &Path) -> anyhow::Result<Vec<ItemInfo>> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let Some(format) = CatalogueFormat::of_file_name(name) else {
+        bail!(
+            "{}: not a MovieLens catalogue file (u.item, movies.dat or movies.csv)",
+            path.display()
+        );
+    };
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let genres: Vec<String> = match path.with_file_name("u.genre") {
+        g if format == CatalogueFormat::UItem && g.is_file() => {
+            parse_u_genre(&read(&g)?).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?
+        }
+        _ => ML100K_GENRES.iter().map(|g| g.to_string()).collect(),
+    };
+    format
+        .parse(&read(path)?, &genres)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// The service, as `dprec import` calls it.
@@ -218,6 +247,18 @@ impl Api {
             bail!("the service answered {status}: {text}");
         }
         Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Registers `items` with their information in batches of `batch`; returns how many
+    /// were new and how many got new information.
+    fn register_info(&self, items: &[ItemInfo], batch: usize) -> anyhow::Result<(u64, u64)> {
+        let (mut created, mut updated) = (0, 0);
+        for chunk in items.chunks(batch) {
+            let r = self.post("/v1/admin/items", &json!({ "items": chunk }))?;
+            created += r["created"].as_u64().unwrap_or(0);
+            updated += r["updated"].as_u64().unwrap_or(0);
+        }
+        Ok((created, updated))
     }
 
     /// Registers `items` in batches of `batch`; returns how many were new.

@@ -224,7 +224,7 @@ pub fn ratings_file(path: &Path) -> Result<PathBuf, DataError> {
 
 /// The item catalogue file of a MovieLens release beside its ratings file, if present:
 /// `u.item` (100K), `movies.dat` (1M/10M) or `movies.csv` (latest/20M/25M), the one of
-/// the ratings' format first.
+/// the ratings' format first. `model::catalogue::movielens` parses it.
 pub fn catalogue_file(ratings: &Path, format: Format) -> Option<PathBuf> {
     let dir = ratings.parent()?;
     let mut names = vec!["u.item", "movies.dat", "movies.csv"];
@@ -235,41 +235,6 @@ pub fn catalogue_file(ratings: &Path, format: Format) -> Option<PathBuf> {
     };
     names.swap(0, own);
     names.into_iter().map(|n| dir.join(n)).find(|p| p.is_file())
-}
-
-/// The item ids of a MovieLens catalogue file (the first field of every line: `|` in
-/// `u.item`, `::` in `movies.dat`, `,` after the header line in `movies.csv`). Read as
-/// bytes: the titles of the older releases are Latin-1, the ids are ASCII.
-pub fn read_catalogue(path: &Path) -> Result<Vec<String>, DataError> {
-    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let (sep, skip): (&[u8], usize) = if name.ends_with(".csv") {
-        (b",", 1)
-    } else if name.ends_with(".dat") {
-        (b"::", 0)
-    } else {
-        (b"|", 0)
-    };
-    let mut ids = Vec::new();
-    for (n, line) in bytes.split(|&b| b == b'\n').enumerate().skip(skip) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let end = line
-            .windows(sep.len())
-            .position(|w| w == sep)
-            .unwrap_or(line.len());
-        let id = std::str::from_utf8(&line[..end])
-            .ok()
-            .map(str::trim)
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| {
-                DataError::Invalid(format!("{}:{}: no item id", path.display(), n + 1))
-            })?;
-        ids.push(id.to_string());
-    }
-    Ok(ids)
 }
 
 /// True when `dir` holds the predefined MovieLens-100K splits u1..u5.
@@ -366,22 +331,16 @@ mod catalogue_tests {
     use super::*;
 
     #[test]
-    fn catalogue_files_give_their_ids() {
+    fn the_catalogue_file_of_the_ratings_format_comes_first() {
         let dir = tempfile::tempdir().unwrap();
         let item = dir.path().join("u.item");
-        // Latin-1 title bytes (0xe9) must not matter.
-        std::fs::write(&item, b"1|Toy Story (1995)|x\n2|Caf\xe9|y\r\n\n").unwrap();
-        assert_eq!(read_catalogue(&item).unwrap(), ["1", "2"]);
         let dat = dir.path().join("movies.dat");
-        std::fs::write(&dat, "10::A (1999)::Drama\n20::B::Comedy\n").unwrap();
-        assert_eq!(read_catalogue(&dat).unwrap(), ["10", "20"]);
-        let csv = dir.path().join("movies.csv");
-        std::fs::write(&csv, "movieId,title,genres\n5,\"A, B\",X\n").unwrap();
-        assert_eq!(read_catalogue(&csv).unwrap(), ["5"]);
         let ratings = dir.path().join("u1.base");
+        assert_eq!(catalogue_file(&ratings, Format::Ml100k), None);
+        std::fs::write(&item, "1|A|||x\n").unwrap();
+        assert_eq!(catalogue_file(&ratings, Format::Ml1m), Some(item.clone()));
+        std::fs::write(&dat, "10::A (1999)::Drama\n").unwrap();
         assert_eq!(catalogue_file(&ratings, Format::Ml100k), Some(item));
         assert_eq!(catalogue_file(&ratings, Format::Ml1m), Some(dat));
-        std::fs::write(dir.path().join("bad.item"), "|x\n").unwrap();
-        assert!(read_catalogue(&dir.path().join("bad.item")).is_err());
     }
 }

@@ -9,8 +9,11 @@
 //!   [`history`], the filter state of its DP counts across releases;
 //! - [`joint_als`]: `dp-alt`'s published item side, and [`profile`], a user's profile
 //!   solved from it; [`nbm`]: the neighbourhood models' DP biases and weights;
-//! - [`stored`]: the closed set of rankers a release stores.
+//! - [`stored`]: the closed set of rankers a release stores;
+//! - [`catalogue`]: public item information (titles, labels) and MovieLens's catalogue
+//!   files parsed into it.
 
+pub mod catalogue;
 pub mod factor;
 pub mod history;
 pub mod item_ranker;

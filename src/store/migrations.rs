@@ -62,6 +62,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "release_visible_at",
         include_str!("../../migrations/sqlite/0019_release_visible_at.sql"),
     ),
+    (
+        20,
+        "item_info",
+        include_str!("../../migrations/sqlite/0020_item_info.sql"),
+    ),
 ];
 const POSTGRES: &[(i64, &str, &str)] = &[
     (
@@ -128,6 +133,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         19,
         "release_visible_at",
         include_str!("../../migrations/postgres/0019_release_visible_at.sql"),
+    ),
+    (
+        20,
+        "item_info",
+        include_str!("../../migrations/postgres/0020_item_info.sql"),
     ),
 ];
 

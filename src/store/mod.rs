@@ -35,6 +35,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 pub use audit::{RatingAuditRow, RatingLevelCharge, UserReleaseCharge};
+pub use catalogue::Registered;
 pub use foreground::Foreground;
 pub use jobs::JobRow;
 pub use keys::ApiKeyRow;

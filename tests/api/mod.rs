@@ -16,6 +16,7 @@ mod hardening;
 mod health;
 mod holds;
 mod honest;
+mod item_info;
 mod keys;
 mod ldp;
 mod leaks;

@@ -607,7 +607,10 @@ bound, not enforced.</li>\
 <li><b>What decides whether your data is used:</b> only public information and your own \
 past charges, never whether anybody else's data exists.</li>\
 <li><b>Your recommendations</b> are computed from the public model and your own ratings \
-(joint DP): they are meant for you, and are not private from you.</li></ul>\n\
+(joint DP): they are meant for you, and are not private from you.</li>\
+<li><b>The item catalogue is public:</b> item ids, titles and labels (such as genres) can \
+be read by anyone with a key, and using them costs none of your budget. They describe the \
+items, never who rated them.</li></ul>\n\
 <p><b>What dprec does not promise:</b> nothing about what you reveal yourself; a group of \
 people who share information is protected person by person, not as a group; a private \
 model can still be accurate about populations. The full text: \
@@ -833,6 +836,13 @@ mod tests {
     }
 
     #[test]
+    fn the_page_says_the_catalogue_is_public() {
+        assert!(PROMISE.contains("The item catalogue is public:"));
+        let doc = include_str!("../../../docs/privacy/guarantee.md");
+        assert!(doc.contains("Each catalogue item's public information"));
+    }
+
+    #[test]
     fn the_promise_is_the_guarantee_documents() {
         let doc = include_str!("../../../docs/privacy/guarantee.md");
         for heading in [
@@ -841,6 +851,7 @@ mod tests {
             "## What dprec does not promise",
             "## Rating-level mode: an operator's opt-in",
             "**What decides whether your data is used.**",
+            "## What is public",
         ] {
             assert!(doc.contains(heading), "guarantee.md lost {heading:?}");
         }
