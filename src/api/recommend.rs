@@ -83,7 +83,10 @@ pub struct Recommendations {
     pub guarantee: Guarantee,
     /// True when the DP popularity answered (no published profile for the user).
     pub fallback: bool,
-    /// `profile` or `popularity`.
+    /// What answered: `profile` (the published model and the user's own ratings),
+    /// `labels` (the DP counts reweighted by the public catalogue labels of the user's
+    /// own rated items, docs/privacy/labels.md) or `popularity` (the DP popularity, with
+    /// `fallback` true).
     pub source: String,
     pub items: Vec<ScoredItem>,
 }
@@ -144,14 +147,15 @@ pub async fn recommendations(
     } else {
         &facts.rated
     };
-    let top = model.top_n(&crate::serve::TopNQuery {
+    let query = crate::serve::TopNQuery {
         user: user.as_str(),
         n,
         offset,
         exclude,
         own: &facts.ratings,
         force_fallback: facts.deleted,
-    });
+    };
+    let top = model.top_n(&query);
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,
@@ -160,7 +164,7 @@ pub async fn recommendations(
         source: if top.fallback {
             "popularity"
         } else {
-            "profile"
+            model.personal_source(&query)
         }
         .into(),
         items: top.items.into_iter().map(scored).collect(),

@@ -9,6 +9,8 @@
 //!   [`history`], the filter state of its DP counts across releases;
 //! - [`joint_als`]: `dp-alt`'s published item side, and [`profile`], a user's profile
 //!   solved from it; [`nbm`]: the neighbourhood models' DP biases and weights;
+//! - [`labels`]: public catalogue labels in a top-N model (a user's own labels reweight
+//!   the DP counts);
 //! - [`stored`]: the closed set of rankers a release stores;
 //! - [`catalogue`]: public item information (titles, labels) and MovieLens's catalogue
 //!   files parsed into it.
@@ -18,6 +20,7 @@ pub mod factor;
 pub mod history;
 pub mod item_ranker;
 pub mod joint_als;
+pub mod labels;
 pub mod nbm;
 pub mod profile;
 pub mod ranker;

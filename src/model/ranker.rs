@@ -24,6 +24,15 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
     /// models that only rank.
     fn predict(&self, user: Option<usize>, own: &[(usize, f64)], item: usize) -> Option<f64>;
 
+    /// What a personal list for `own` is made of, as the API's `source` names it:
+    /// `profile` (the published model and the user's own ratings) unless the model says
+    /// otherwise (`labels`: the DP counts reweighted by the public labels of the user's
+    /// own items, [`crate::model::labels`]).
+    fn personal_source(&self, own: &[(usize, f64)]) -> &'static str {
+        let _ = own;
+        "profile"
+    }
+
     /// Whether `own` gives this model anything to personalise from; `false` when the
     /// user's list is the model's popularity order (the response's `fallback`).
     fn personalises(&self, own: &[(usize, f64)]) -> bool {

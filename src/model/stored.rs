@@ -4,6 +4,7 @@
 
 use crate::model::item_ranker::ItemRanker;
 use crate::model::joint_als::JointAls;
+use crate::model::labels::LabelledRanker;
 use crate::model::nbm::NbmModel;
 use crate::model::ranker::Ranker;
 
@@ -19,6 +20,9 @@ pub enum StoredRanker {
     /// A joint-DP rating predictor (`dp-alt`): the DP item side; each user's profile is
     /// solved from it and the user's own ratings ([`JointAls`]).
     JointAls { model: JointAls },
+    /// An item-side model with a label model over the public catalogue labels
+    /// ([`LabelledRanker`]).
+    Labelled { model: LabelledRanker },
 }
 
 impl StoredRanker {
@@ -27,6 +31,9 @@ impl StoredRanker {
         let any = ranker.storable()?;
         if let Some(m) = any.downcast_ref::<ItemRanker>() {
             return Some(StoredRanker::Item { model: m.clone() });
+        }
+        if let Some(m) = any.downcast_ref::<LabelledRanker>() {
+            return Some(StoredRanker::Labelled { model: m.clone() });
         }
         if let Some(m) = any.downcast_ref::<NbmModel>() {
             return Some(StoredRanker::Nbm { model: m.clone() });
@@ -41,6 +48,7 @@ impl StoredRanker {
             StoredRanker::Item { model } => std::sync::Arc::new(model),
             StoredRanker::Nbm { model } => std::sync::Arc::new(model),
             StoredRanker::JointAls { model } => std::sync::Arc::new(model),
+            StoredRanker::Labelled { model } => std::sync::Arc::new(model),
         }
     }
 }

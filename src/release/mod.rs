@@ -565,6 +565,7 @@ impl Retrainer {
         clock.mark("training set");
         let prior = self.prior(&set, guarantee);
         let prior_counts = self.prior_counts(&set, guarantee, trainer.name());
+        let trainer = self.with_catalogue_labels(trainer, &set).await?;
         let (mut fitted, mut rng, mut set) =
             steps::fit(trainer.clone(), set, &self.config, prior, prior_counts).await?;
         clock.mark("fit");
@@ -722,6 +723,37 @@ impl Retrainer {
             .current()
             .filter(|p| prior_covers(p.guarantee, release))
             .map(|p| p.reindexed(&set.user_ids, &set.item_ids))
+    }
+
+    /// The trainer with the public labels the catalogue gives this release's items, when
+    /// it uses labels and they can tell items apart (docs/privacy/labels.md); otherwise
+    /// the trainer as it is. The catalogue is public: reading it costs nothing.
+    async fn with_catalogue_labels(
+        &self,
+        trainer: Arc<dyn Trainer>,
+        set: &TrainingSet,
+    ) -> Result<Arc<dyn Trainer>, ReleaseError> {
+        let info = self.background.catalogue_info().await?;
+        let by_id: std::collections::HashMap<&str, &[String]> = info
+            .iter()
+            .filter(|i| !i.labels.is_empty())
+            .map(|i| (i.id.as_str(), i.labels.as_slice()))
+            .collect();
+        if by_id.is_empty() {
+            return Ok(trainer);
+        }
+        let labels = crate::model::labels::ItemLabels::from_names(
+            set.item_ids
+                .iter()
+                .map(|id| by_id.get(id.as_str()).copied()),
+        );
+        if !labels.informative() {
+            return Ok(trainer);
+        }
+        Ok(trainer
+            .with_item_labels(Arc::new(labels))
+            .map(Arc::from)
+            .unwrap_or(trainer))
     }
 
     /// The counts filter state of the last published release, when a release of the same

@@ -221,6 +221,16 @@ pub trait Trainer: Send + Sync {
         let _ = factor;
         None
     }
+    /// The same trainer with the public catalogue labels of the release's items (by item
+    /// index), for a trainer whose lists use them (`dp-topn`: docs/privacy/labels.md).
+    /// `None`: the trainer does not use labels (the release runs it as it is).
+    fn with_item_labels(
+        &self,
+        labels: std::sync::Arc<crate::model::labels::ItemLabels>,
+    ) -> Option<Box<dyn Trainer>> {
+        let _ = labels;
+        None
+    }
     /// Whether the fitted ranker carries its own DP counts (charged in the trainer's own
     /// charges and user-level event), so the service publishes no separate DP popularity
     /// for the release and spends no popularity eps on it.

@@ -38,8 +38,11 @@ use rayon::prelude::*;
 
 use crate::model::history::{drift_for, CountHistory, GramState};
 use crate::model::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
+use crate::model::labels::{ItemLabels, LabelLift, LabelledRanker};
+use crate::model::Ranker;
 use crate::numerics::sym_eigen::{spd_inverse, top_eigen};
 use crate::train::topn::contribution::{Contribution, Liked};
+use crate::train::topn::label_stats::{self, LabelRelease};
 use crate::train::topn::selection::{loo_values, noised_difference, select_rest_is_gram, ListHits};
 use crate::train::topn::suffstats::{
     candidate_positions, coin, CountSums, GramSums, InProcess, StatsSource, SubsetKey,
@@ -790,6 +793,11 @@ pub struct DpTopN {
     /// Whether the served counts combine this release's with the earlier releases'
     /// ([`history`](crate::model::history); post-processing, no charge).
     pub combine_releases: bool,
+    /// The public catalogue labels of the release's items, when the catalogue has them
+    /// ([`Trainer::with_item_labels`]; not a parameter: public input). With them a
+    /// release draws the label statistic and may publish a label model
+    /// (docs/privacy/labels.md); without them it runs exactly as before.
+    pub item_labels: Option<std::sync::Arc<ItemLabels>>,
 }
 
 impl Default for DpTopN {
@@ -814,6 +822,7 @@ impl Default for DpTopN {
             noise_factor: 1.0,
             liked: Liked::DEFAULT,
             combine_releases: true,
+            item_labels: None,
         }
     }
 }
@@ -832,6 +841,8 @@ pub struct GramRelease {
     /// `split=select`: the state to carry on after this release (its Gram added, its
     /// noised difference drawn); `combine_counts` attaches it to the counts' state.
     pub select: Option<GramState>,
+    /// The label statistic, on a catalogue with labels ([`label_stats`]).
+    pub labels: Option<LabelRelease>,
 }
 
 impl DpTopN {
@@ -875,6 +886,7 @@ impl DpTopN {
             noise_factor: p.positive("noise_factor", 1.0)?,
             liked: Liked::from_params(p, d.liked)?,
             combine_releases: p.bool("combine_releases", d.combine_releases)?,
+            item_labels: None,
         };
         p.reject_unknown("dp-topn")?;
         if t.noise_factor < 1.0 {
@@ -1080,7 +1092,7 @@ impl DpTopN {
                 // for the trace test instead, and what the test does not need goes to the
                 // rest (docs/privacy/dp-topn.md 2b).
                 let (z_t, z_r) = self.stateless_multipliers()?;
-                z_rest = z_r;
+                z_rest = self.rest_after_labels(z, z_r)?;
                 let (b, t) = self.trace_choice(
                     &stats,
                     &noisy,
@@ -1091,6 +1103,7 @@ impl DpTopN {
                 (Some(b), t)
             }
             (true, Split::Select { .. }) => {
+                z_rest = self.rest_after_labels(z, z_rest)?;
                 let b = self.select_rest(data, prior_gram, &noisy, sigma_count)?;
                 if let Some(held) = &b {
                     candidates.clone_from(held);
@@ -1104,7 +1117,26 @@ impl DpTopN {
                     None,
                 )
             }
-            (true, split) => (Some(split), None),
+            (true, split) => {
+                z_rest = self.rest_after_labels(z, z_rest)?;
+                (Some(split), None)
+            }
+        };
+        // The label statistic (public labels only; its shares come out of the rest).
+        let labels = match (&self.item_labels, branch) {
+            (Some(l), Some(_)) => Some(label_stats::release(
+                l,
+                &noisy,
+                &sample.rows,
+                (
+                    z / label_stats::EXCESS_SHARE.sqrt(),
+                    z / label_stats::SIZE_SHARE.sqrt(),
+                    c.cap,
+                ),
+                &mut noise,
+                &mut stages,
+            )?),
+            _ => None,
         };
         let (counts, g, sigma_count, sigma_gram) = match branch {
             None => (noisy, Vec::new(), sigma_count, f64::INFINITY),
@@ -1154,6 +1186,15 @@ impl DpTopN {
             "sigma_gram": sigma_gram, "k": self.k, "threshold_sd": self.threshold,
             "rating_multiplier": z_r, "delta_r": self.delta_r,
         });
+        let mut params = params;
+        if let Some(l) = &labels {
+            // Only the decision and the rounded prior strength: the noisy sums are
+            // float-noised values, never published (docs/privacy/mechanisms.md).
+            params["labels"] = serde_json::json!({
+                "sd_excess": l.sd_excess, "sd_size": l.sd_size,
+                "margin": label_stats::MARGIN, "alpha": l.alpha,
+            });
+        }
         let name = mechanism_name(branch, self.split);
         let charges = release_charges(sample, params, &user_event, name);
         Ok(GramRelease {
@@ -1164,7 +1205,50 @@ impl DpTopN {
             sigma_count,
             sigma_gram,
             select,
+            labels,
         })
+    }
+
+    /// The rest's multiplier once the label statistic took its shares out of it
+    /// ([`label_stats::EXCESS_SHARE`] + [`label_stats::SIZE_SHARE`]); unchanged without
+    /// labels.
+    fn rest_after_labels(&self, z: f64, z_rest: f64) -> Result<f64, TrainError> {
+        if self.item_labels.is_none() {
+            return Ok(z_rest);
+        }
+        let left = (z / z_rest).powi(2) - label_stats::EXCESS_SHARE - label_stats::SIZE_SHARE;
+        if left.is_nan() || left <= 0.0 {
+            return Err(invalid(
+                "count_share",
+                "no share left for the rest beside the labels",
+            ));
+        }
+        Ok(z / left.sqrt())
+    }
+
+    /// The served ranker, with the label model when the release's label statistic
+    /// published one: the label shares of the served counts (post-processing) and the
+    /// release's prior strength.
+    fn labelled(
+        &self,
+        ranker: ItemRanker,
+        labels: Option<&LabelRelease>,
+    ) -> std::sync::Arc<dyn crate::model::Ranker> {
+        let (Some(l), Some(alpha)) = (&self.item_labels, labels.and_then(|r| r.alpha)) else {
+            return std::sync::Arc::new(ranker);
+        };
+        let counts = ranker.popularity_counts().unwrap_or_default();
+        match l.base(&counts) {
+            Some(base) => std::sync::Arc::new(LabelledRanker {
+                lift: LabelLift {
+                    item_labels: l.per_item.clone(),
+                    share: base.share,
+                    alpha,
+                },
+                inner: ranker,
+            }),
+            None => std::sync::Arc::new(ranker),
+        }
     }
 
     /// The Gram state of the last release (`data.prior_counts`) when this release
@@ -1773,6 +1857,13 @@ impl Trainer for DpTopN {
         true
     }
 
+    fn with_item_labels(&self, labels: std::sync::Arc<ItemLabels>) -> Option<Box<dyn Trainer>> {
+        Some(Box::new(Self {
+            item_labels: Some(labels),
+            ..self.clone()
+        }))
+    }
+
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
         let mut rel = self.release(data, rng)?;
         let history = self.combine_counts(&mut rel, data)?;
@@ -1785,7 +1876,7 @@ impl Trainer for DpTopN {
             model,
             charges: rel.charges,
             guarantee: Guarantee::Proven,
-            ranker: Some(std::sync::Arc::new(ranker)),
+            ranker: Some(self.labelled(ranker, rel.labels.as_ref())),
         })
     }
 }
@@ -1832,6 +1923,7 @@ impl DpTopN {
             sigma_count: rel.sigma_count,
             sigma_gram,
             select: None,
+            labels: None,
         };
         let ranker = ranker.with_history(Some(h));
         let model = item_side_model(&ranker, &basis, data);
@@ -1839,7 +1931,7 @@ impl DpTopN {
             model,
             charges: rel.charges,
             guarantee: Guarantee::Proven,
-            ranker: Some(std::sync::Arc::new(ranker)),
+            ranker: Some(self.labelled(ranker, rel.labels.as_ref())),
         })
     }
 }
@@ -1869,6 +1961,7 @@ mod tests {
             sigma_count: 1.0,
             sigma_gram: sigma,
             select: None,
+            labels: None,
         }
     }
 

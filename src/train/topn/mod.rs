@@ -5,6 +5,7 @@
 pub mod continual;
 pub mod contribution;
 pub mod dp_topn;
+pub mod label_stats;
 pub mod references;
 pub mod selection;
 pub mod suffstats;

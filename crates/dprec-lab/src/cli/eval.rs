@@ -13,6 +13,7 @@ use crate::folds::{self, Fold};
 use dprec::config::Settings;
 use dprec::data::movielens::{self, Format};
 use dprec::data::RatingScale;
+use dprec::model::labels::ItemLabels;
 use dprec::release::{steps, ReleaseConfig};
 use dprec::train::{self, ParamError, Params, TrainError, Trainer};
 use dprec_dp::accountant::PrivacyEvent;
@@ -102,6 +103,12 @@ pub struct EvalArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Ignore the data set's public catalogue (titles, genres): trainers that use item
+    /// labels (`dp-topn`) then run as on a catalogue without them. By default the labels
+    /// of u.item (or movies.csv, movies.dat) beside the ratings are read, as `dprec
+    /// import` registers them, so that eval measures what the service serves.
+    #[arg(long)]
+    pub no_labels: bool,
 }
 
 fn trainer_help() -> String {
@@ -161,27 +168,67 @@ fn parse_sweep(args: &EvalArgs) -> anyhow::Result<Option<(String, Vec<f64>)>> {
     }
 }
 
-fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale)> {
+fn load_folds(args: &EvalArgs) -> anyhow::Result<(Vec<Fold>, RatingScale, dprec::data::IdMap)> {
     let predefined = match args.folds {
         FoldScheme::Predefined => true,
         FoldScheme::Random => false,
         FoldScheme::Auto => args.data.is_dir() && movielens::has_predefined_folds(&args.data),
     };
-    let (mut folds, scale) = if predefined {
+    let (mut folds, scale, items) = if predefined {
         let f = folds::predefined_ml100k(&args.data)?;
-        (f.folds, f.scale)
+        (f.folds, f.scale, f.items)
     } else {
         let file = movielens::ratings_file(&args.data)?;
         let ds = movielens::load(&file, args.format, None)?;
         (
             folds::random_kfold(&ds.ratings, args.k, args.seed)?,
             ds.scale,
+            ds.items,
         )
     };
     if let Some(m) = args.max_folds {
         folds.truncate(m.max(1));
     }
-    Ok((folds, scale))
+    Ok((folds, scale, items))
+}
+
+/// The public labels of the data set's catalogue by item index (the file `dprec import`
+/// registers: u.item, movies.csv or movies.dat beside the ratings), when there is one and
+/// its labels tell items apart; `None` with `--no-labels`.
+fn catalogue_labels(
+    args: &EvalArgs,
+    items: &dprec::data::IdMap,
+) -> anyhow::Result<Option<Arc<ItemLabels>>> {
+    let dir = if args.data.is_dir() {
+        args.data.clone()
+    } else {
+        args.data.parent().map(PathBuf::from).unwrap_or_default()
+    };
+    let Some(file) = ["u.item", "movies.csv", "movies.dat"]
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.is_file())
+        .filter(|_| !args.no_labels)
+    else {
+        return Ok(None);
+    };
+    let info = dprec::cli::import::read_catalogue_info(&file)?;
+    let by_id: std::collections::HashMap<&str, &[String]> = info
+        .iter()
+        .map(|i| (i.id.as_str(), i.labels.as_slice()))
+        .collect();
+    let labels = ItemLabels::from_names(
+        (0..items.len() as u32).map(|j| items.external(j).and_then(|id| by_id.get(id).copied())),
+    );
+    if labels.informative() {
+        println!(
+            "catalogue: {} labels of {} items from {} (public; --no-labels ignores them)",
+            labels.names.len(),
+            labels.per_item.iter().filter(|l| !l.is_empty()).count(),
+            file.display()
+        );
+    }
+    Ok(labels.informative().then(|| Arc::new(labels)))
 }
 
 /// A trainer to cross-validate: its spec on the command line, the trainer, and the
@@ -192,8 +239,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     dprec::cli::require_input(&args.data, "--data (or DPREC_ML100K_DIR)")?;
     let sweep = parse_sweep(&args)?;
     // Build every trainer first, so a bad parameter fails before any work is done.
-    let jobs = build_jobs(&args, &sweep)?;
-    let (folds, scale) = load_folds(&args)?;
+    build_jobs(&args, &sweep, None)?;
+    let (folds, scale, items) = load_folds(&args)?;
+    let labels = catalogue_labels(&args, &items)?;
+    let jobs = build_jobs(&args, &sweep, labels)?;
     // The service calibrates for users with at most one rating per catalogue item.
     let m = folds.first().map_or(1, |f| f.train.n_items.max(1)) as u64;
     for (spec, trainer, point) in &jobs {
@@ -219,7 +268,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
 /// The trainers of `--trainer` (and `--references`), one per sweep point where the
 /// trainer has the swept parameter.
 /// The trainer as served after `--releases-seen` releases ([`eval::AfterReleases`]).
-fn seen(args: &EvalArgs, trainer: Box<dyn Trainer>) -> Arc<dyn Trainer> {
+fn seen(
+    args: &EvalArgs,
+    trainer: Box<dyn Trainer>,
+    labels: &Option<Arc<ItemLabels>>,
+) -> Arc<dyn Trainer> {
+    let trainer = match labels {
+        Some(l) => trainer.with_item_labels(l.clone()).unwrap_or(trainer),
+        None => trainer,
+    };
     match args.releases_seen {
         0 | 1 => Arc::from(trainer),
         releases => Arc::new(eval::AfterReleases {
@@ -230,7 +287,11 @@ fn seen(args: &EvalArgs, trainer: Box<dyn Trainer>) -> Arc<dyn Trainer> {
     }
 }
 
-fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Result<Vec<Job>> {
+fn build_jobs(
+    args: &EvalArgs,
+    sweep: &Option<(String, Vec<f64>)>,
+    labels: Option<Arc<ItemLabels>>,
+) -> anyhow::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     let mut specs = args.trainers.clone();
     if args.references {
@@ -251,7 +312,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
         let Some((key, values)) = sweep else {
             let trainer =
                 train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-            jobs.push((spec.clone(), seen(args, trainer), None));
+            jobs.push((spec.clone(), seen(args, trainer, &labels), None));
             continue;
         };
         for &v in values {
@@ -260,7 +321,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
             match train::build(&name, &p) {
                 Ok(trainer) => jobs.push((
                     spec.clone(),
-                    seen(args, trainer),
+                    seen(args, trainer, &labels),
                     Some(SweepPoint {
                         param: key.clone(),
                         value: v,
@@ -271,7 +332,7 @@ fn build_jobs(args: &EvalArgs, sweep: &Option<(String, Vec<f64>)>) -> anyhow::Re
                 Err(TrainError::Param(ParamError::Unknown { unknown, .. })) if unknown == *key => {
                     let trainer =
                         train::build(&name, &base).with_context(|| format!("--trainer {spec}"))?;
-                    jobs.push((spec.clone(), seen(args, trainer), None));
+                    jobs.push((spec.clone(), seen(args, trainer, &labels), None));
                     break;
                 }
                 Err(e) => return Err(e).with_context(|| format!("--trainer {spec}")),
@@ -522,7 +583,7 @@ mod tests {
     /// The trainers `dprec-lab eval` builds from these arguments.
     fn jobs(args: &[&str]) -> Vec<Job> {
         let cli = Cli::try_parse_from(std::iter::once("eval").chain(args.iter().copied())).unwrap();
-        build_jobs(&cli.eval, &parse_sweep(&cli.eval).unwrap()).unwrap()
+        build_jobs(&cli.eval, &parse_sweep(&cli.eval).unwrap(), None).unwrap()
     }
 
     /// Issue 20 item 4: `dprec-lab eval --trainer NAME` with no parameters runs what the
