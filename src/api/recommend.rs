@@ -156,17 +156,17 @@ pub async fn recommendations(
         force_fallback: facts.deleted,
     };
     let top = model.top_n(&query);
+    let source = if top.fallback {
+        "popularity"
+    } else {
+        model.personal_source(&query)
+    };
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),
         model_version: model.release_id,
         guarantee: model.guarantee,
         fallback: top.fallback,
-        source: if top.fallback {
-            "popularity"
-        } else {
-            model.personal_source(&query)
-        }
-        .into(),
+        source: source.into(),
         items: top.items.into_iter().map(scored).collect(),
     }))
 }
