@@ -58,7 +58,7 @@ if has 3; then
   for n in 10 52; do
     for s in 1 2 3; do
       stamp "MovieLens-100K after $n releases, seed $s, eps_u 5 2 1"
-      nice -n 15 $B eval --data "$DPREC_ML100K_DIR" --seed "$s" --releases-seen "$n" --quiet \
+      nice -n 15 $B eval --data "$DPREC_ML100K_DIR" --seed "$s" --releases-seen "$n" --quiet --no-labels \
         --trainer dp-topn:eps=5 --trainer dp-popularity:eps=5 --trainer dp-topn:eps=2 \
         --trainer dp-popularity:eps=2 --trainer dp-topn:eps=1 --trainer dp-popularity:eps=1 \
         --out "$scratch/eps-$n-$s.json" >/dev/null

@@ -5,10 +5,11 @@
 //! at no charge. The model here scores an item by its DP count and by how much more the
 //! user's own rated items carry its labels than the population does:
 //!
-//! `score_j = ln max(c_j, 1) + sum_{g in labels(j)} ln(p_ug / p_g)`,
+//! `score_j = ln max(c_j, f) + sum_{g in labels(j)} ln(p_ug / p_g)`,
 //! `p_ug = (h_ug + alpha p_g) / (n_u + alpha)`,
 //!
-//! with `c` the served DP counts, `p_g` each label's share of the label mass the DP counts
+//! with `c` the served DP counts (below the floor `f`, `threshold` sds of their noise, a
+//! count says nothing and scores as `f`), `p_g` each label's share of the label mass the DP counts
 //! carry (every item spreads a mass of 1 evenly over its labels), `h_u` the same mass over
 //! the user's own rated items (`n_u` of them with a label) and `alpha` the prior strength
 //! of a user's label profile: the Bayes (Dirichlet) estimate of the user's label shares.
@@ -148,6 +149,15 @@ pub struct LabelLift {
     pub share: Vec<f64>,
     /// The prior strength of a user's label profile, rounded to a whole number.
     pub alpha: f64,
+    /// Counts below this are within the counts' noise and score as this (the candidate
+    /// threshold: `threshold` noise sds), so the labels reorder such items among
+    /// themselves but do not lift one by its noise.
+    #[serde(default = "one")]
+    pub floor: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl LabelLift {
@@ -242,7 +252,7 @@ impl Ranker for LabelledRanker {
         let counts = self.inner.popularity_counts().unwrap_or_default();
         for (j, o) in out.iter_mut().enumerate() {
             let c = counts.get(j).copied().unwrap_or(0.0);
-            *o = c.max(1.0).ln() + self.lift.term(&lift, j);
+            *o = c.max(self.lift.floor).max(1.0).ln() + self.lift.term(&lift, j);
         }
     }
 
@@ -328,6 +338,7 @@ mod tests {
             item_labels: vec![vec![0], vec![1], vec![0, 1], vec![]],
             share: vec![0.5, 0.5],
             alpha: 2.0,
+            floor: 1.0,
         }
     }
 

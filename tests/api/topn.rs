@@ -8,6 +8,7 @@ use dprec::retrain::Hooks;
 use dprec::serve::StoredModel;
 use dprec_lab::eval::ranking::{list_metrics, top_k};
 use dprec_lab::eval::{ranking_metrics, RankingConfig};
+use serde_json::json;
 
 use crate::api::helpers::*;
 use crate::both_backends;
@@ -454,3 +455,98 @@ async fn a_fall_in_input_is_refused_although_counts_are_combined(url: &str) {
     app.stop().await;
 }
 both_backends!(a_fall_in_input_is_refused_although_counts_are_combined);
+
+/// A catalogue with public labels that follow the tastes (`a` items are `action`, `b`
+/// items `drama`, a third label on every fifth item of both): the first release of a small
+/// store, which spends the rest on counts (no personal Gram yet), draws the label
+/// statistic, finds the spread and publishes a label model (`params.labels.alpha`, never
+/// the noisy sums). Every user with ratings then gets a list of their own taste, `source:
+/// labels`, and a user who rates after the release gets one at once; the same store with
+/// a catalogue whose labels are unrelated to taste publishes no label model.
+async fn labelled_catalogue_gives_personal_lists_from_the_first_release(url: &str) {
+    let mut settings = topn_settings(url);
+    settings.trainer.params.remove("split");
+    let data = taste_data(200);
+    for (labels_follow_taste, expect_model) in [(true, true), (false, false)] {
+        let app = TestApp::try_spawn(settings.clone(), None, Hooks::default())
+            .await
+            .unwrap();
+        let items: Vec<serde_json::Value> = (0..10)
+            .flat_map(|j| [format!("a{j}"), format!("b{j}")])
+            .map(|id| {
+                let taste = if labels_follow_taste {
+                    if id.starts_with('a') {
+                        "action"
+                    } else {
+                        "drama"
+                    }
+                } else if id[1..].parse::<u32>().unwrap() % 2 == 0 {
+                    "even"
+                } else {
+                    "odd"
+                };
+                let mut labels = vec![taste];
+                if id[1..].parse::<u32>().unwrap() % 5 == 0 {
+                    labels.push("classic");
+                }
+                json!({"id": id, "title": format!("Film {id} (1990)"), "labels": labels})
+            })
+            .collect();
+        let (st, body) = app
+            .post("/v1/admin/items", WRITER, &json!({"items": items}))
+            .await;
+        assert_eq!(st, 200, "{body}");
+        ingest_all(&app, &data.train).await;
+        assert_eq!(app.retrain().await.status, "succeeded");
+        let (_, m) = app.get("/v1/models/current", PUBLIC).await;
+        let mech = &m["release"]["mechanisms"][0];
+        assert_eq!(mech["params"]["spent_on"], "counts", "{m}");
+        let record = &mech["params"]["labels"];
+        assert!(record["sd_excess"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(record.get("excess").is_none() && record.get("size").is_none());
+        assert_eq!(record["alpha"].is_number(), expect_model, "{m}");
+        let mut labelled = 0;
+        let mut own_taste = 0;
+        for u in 0..200 {
+            let user = format!("user{u:03}");
+            let (st, rec) = app
+                .get(&format!("/v1/users/{user}/recommendations?n=3"), READER)
+                .await;
+            assert_eq!(st, 200, "{rec}");
+            if rec["source"] == "labels" {
+                labelled += 1;
+                assert_eq!(rec["fallback"], false);
+            }
+            let own = if u % 2 == 0 { "a" } else { "b" };
+            own_taste += rec["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|i| i["item"].as_str().unwrap().starts_with(own))
+                .count();
+        }
+        if expect_model {
+            assert_eq!(labelled, 200);
+            // Mostly items of their own taste (600 at most; the DP counts' order alone
+            // gives about half, 300).
+            assert!(own_taste >= 480, "{own_taste}");
+            // A user who arrives after the release: a list of their taste at once.
+            app.ingest(&[("newcomer", "b3", 5.0, Some(10.0))]).await;
+            let (_, rec) = app
+                .get("/v1/users/newcomer/recommendations?n=3", READER)
+                .await;
+            assert_eq!(rec["source"], "labels", "{rec}");
+            let items = rec["items"].as_array().unwrap();
+            assert!(
+                items
+                    .iter()
+                    .all(|i| i["item"].as_str().unwrap().starts_with('b')),
+                "{rec}"
+            );
+        } else {
+            assert_eq!(labelled, 0);
+        }
+        app.stop().await;
+    }
+}
+both_backends!(labelled_catalogue_gives_personal_lists_from_the_first_release);

@@ -68,6 +68,12 @@ pub struct SynthArgs {
     /// [default: the preset's].
     #[arg(long)]
     pub personal_share: Option<f64>,
+    /// Also write the catalogue with public labels as movies.csv beside the output (one
+    /// label per item, its taste group with this probability, a random group otherwise:
+    /// 1 labels that explain the personal part of taste, 0 pure noise); needs taste
+    /// groups.
+    #[arg(long, value_name = "SIGNAL", value_parser = unit_interval)]
+    pub labels: Option<f64>,
     /// Seed of the generator [default: 42].
     #[arg(long, default_value_t = 42, hide_default_value = true)]
     pub seed: u64,
@@ -132,9 +138,23 @@ fn bar(len: usize, what: &str, show: bool) -> ProgressBar {
     pb
 }
 
+/// A value in [0, 1].
+fn unit_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number in [0, 1]")),
+    }
+}
+
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let cfg = args.config();
     cfg.validate()?;
+    let labels = match args.labels {
+        Some(signal) => Some(synthetic::item_labels(&cfg, signal).ok_or_else(|| {
+            anyhow::anyhow!("--labels needs taste groups (--taste-groups N, or a *-taste preset)")
+        })?),
+        None => None,
+    };
     let show = cfg.n_ratings >= PROGRESS_FROM;
 
     let t = Instant::now();
@@ -150,6 +170,16 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     pb.finish_and_clear();
     let write_secs = t.elapsed().as_secs_f64();
 
+    if let Some(labels) = &labels {
+        let path = args.out.with_file_name("movies.csv");
+        synthetic::write_catalogue_csv(labels, &path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "synth: wrote {} ({} items with one public label each)",
+            path.display(),
+            labels.len()
+        );
+    }
     let r = &data.ratings;
     println!(
         "synth: {} ratings, {} users, {} items (density {:.4}%), mean {:.3}, seed {}",

@@ -550,6 +550,7 @@ impl DpTopN {
         &self,
         ranker: ItemRanker,
         labels: Option<&LabelRelease>,
+        sigma_count: f64,
     ) -> std::sync::Arc<dyn crate::model::Ranker> {
         let (Some(l), Some(alpha)) = (&self.item_labels, labels.and_then(|r| r.alpha)) else {
             return std::sync::Arc::new(ranker);
@@ -561,6 +562,7 @@ impl DpTopN {
                     item_labels: l.per_item.clone(),
                     share: base.share,
                     alpha,
+                    floor: (self.threshold * sigma_count).max(1.0),
                 },
                 inner: ranker,
             }),
@@ -718,7 +720,7 @@ impl Trainer for DpTopN {
             model,
             charges: rel.charges,
             guarantee: Guarantee::Proven,
-            ranker: Some(self.labelled(ranker, rel.labels.as_ref())),
+            ranker: Some(self.labelled(ranker, rel.labels.as_ref(), rel.sigma_count)),
         })
     }
 }

@@ -313,7 +313,7 @@ impl DpTopN {
             model,
             charges: rel.charges,
             guarantee: Guarantee::Proven,
-            ranker: Some(self.labelled(ranker, rel.labels.as_ref())),
+            ranker: Some(self.labelled(ranker, rel.labels.as_ref(), rel.sigma_count)),
         })
     }
 }
