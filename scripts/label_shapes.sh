@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The served dp-topn beside dp-popularity at the same plan on synthetic shapes whose items
-# carry public labels (`dprec-lab synth --labels SIGNAL`: a label is the item's taste group
+# dp-topn with the label model (labels=on) beside dp-popularity at the same plan on
+# synthetic shapes whose items carry public labels (`dprec-lab synth --labels SIGNAL`: a label is the item's taste group
 # with probability SIGNAL, a random group otherwise; 0 is pure noise), after 1, 5 and 52
 # releases of an unchanged store. Prints one line per shape, signal and release count:
 # NDCG@10 of both (mean over seeds and folds) and the ratio's mean and minimum over the
@@ -37,7 +37,7 @@ for shape in $shapes; do
             for seed in $seeds; do
                 d="$work/$shape-$signal-$seed"
                 "$L" eval --data "$d/ratings.csv" --folds random --seed "$seed" --quiet \
-                    --releases-seen "$r" --trainer dp-topn --trainer dp-popularity \
+                    --releases-seen "$r" --trainer dp-topn:labels=on --trainer dp-popularity \
                     --out "$d/r$r.json" > /dev/null
             done
             python3 - "$shape" "$signal" "$r" $(for s in $seeds; do echo "$work/$shape-$signal-$s/r$r.json"; done) <<'PY'

@@ -5,11 +5,12 @@
 //! at no charge. The model here scores an item by its DP count and by how much more the
 //! user's own rated items carry its labels than the population does:
 //!
-//! `score_j = ln max(c_j, f) + sum_{g in labels(j)} ln(p_ug / p_g)`,
+//! `score_j = ln c_j + sum_{g in labels(j)} ln(p_ug / p_g)` for items whose count `c_j`
+//! is at least the candidate threshold,
 //! `p_ug = (h_ug + alpha p_g) / (n_u + alpha)`,
 //!
-//! with `c` the served DP counts (below the floor `f`, `threshold` sds of their noise, a
-//! count says nothing and scores as `f`), `p_g` each label's share of the label mass the DP counts
+//! with `c` the served DP counts (the items below the threshold, whose counts are within
+//! the noise, follow in DP-count order), `p_g` each label's share of the label mass the DP counts
 //! carry (every item spreads a mass of 1 evenly over its labels), `h_u` the same mass over
 //! the user's own rated items (`n_u` of them with a label) and `alpha` the prior strength
 //! of a user's label profile: the Bayes (Dirichlet) estimate of the user's label shares.
@@ -149,15 +150,12 @@ pub struct LabelLift {
     pub share: Vec<f64>,
     /// The prior strength of a user's label profile, rounded to a whole number.
     pub alpha: f64,
-    /// Counts below this are within the counts' noise and score as this (the candidate
-    /// threshold: `threshold` noise sds), so the labels reorder such items among
-    /// themselves but do not lift one by its noise.
-    #[serde(default = "one")]
-    pub floor: f64,
-}
-
-fn one() -> f64 {
-    1.0
+    /// A count below this (the candidate threshold, `threshold` sds of the counts' noise)
+    /// is within the noise: the labels reorder only the items at or above it (the DP
+    /// counts cannot say which of the others is popular, and a label lift would raise
+    /// items by their noise); the others follow them in DP-count order.
+    #[serde(default)]
+    pub threshold: f64,
 }
 
 impl LabelLift {
@@ -250,9 +248,26 @@ impl Ranker for LabelledRanker {
             return self.inner.score_items(user, own, out);
         };
         let counts = self.inner.popularity_counts().unwrap_or_default();
+        let count = |j: usize| counts.get(j).copied().unwrap_or(0.0);
+        let t = self.lift.threshold;
+        let mut lowest = f64::INFINITY;
         for (j, o) in out.iter_mut().enumerate() {
-            let c = counts.get(j).copied().unwrap_or(0.0);
-            *o = c.max(self.lift.floor).max(1.0).ln() + self.lift.term(&lift, j);
+            if count(j) >= t {
+                *o = count(j).max(1.0).ln() + self.lift.term(&lift, j);
+                lowest = lowest.min(*o);
+            }
+        }
+        // Below every reweighted item, in DP-count order.
+        let top = if lowest.is_finite() {
+            lowest - 1.0
+        } else {
+            0.0
+        };
+        let span = t.max(1.0);
+        for (j, o) in out.iter_mut().enumerate() {
+            if count(j) < t {
+                *o = top - (t - count(j)) / span;
+            }
         }
     }
 
@@ -338,7 +353,7 @@ mod tests {
             item_labels: vec![vec![0], vec![1], vec![0, 1], vec![]],
             share: vec![0.5, 0.5],
             alpha: 2.0,
-            floor: 1.0,
+            threshold: 0.0,
         }
     }
 

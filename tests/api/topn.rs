@@ -456,8 +456,9 @@ async fn a_fall_in_input_is_refused_although_counts_are_combined(url: &str) {
 }
 both_backends!(a_fall_in_input_is_refused_although_counts_are_combined);
 
-/// A catalogue with public labels that follow the tastes (`a` items are `action`, `b`
-/// items `drama`, a third label on every fifth item of both): the first release of a small
+/// With `labels=on`, a catalogue with public labels that follow the tastes (`a` items are
+/// `action`, `b` items `drama`, a third label on every fifth item of both): the first
+/// release of a small
 /// store, which spends the rest on counts (no personal Gram yet), draws the label
 /// statistic, finds the spread and publishes a label model (`params.labels.alpha`, never
 /// the noisy sums). Every user with ratings then gets a list of their own taste, `source:
@@ -466,6 +467,7 @@ both_backends!(a_fall_in_input_is_refused_although_counts_are_combined);
 async fn labelled_catalogue_gives_personal_lists_from_the_first_release(url: &str) {
     let mut settings = topn_settings(url);
     settings.trainer.params.remove("split");
+    settings.trainer.params.insert("labels".into(), "on".into());
     let data = taste_data(200);
     for (labels_follow_taste, expect_model) in [(true, true), (false, false)] {
         let app = TestApp::try_spawn(settings.clone(), None, Hooks::default())

@@ -115,6 +115,10 @@ pub struct DpTopN {
     /// release draws the label statistic and may publish a label model
     /// (docs/privacy/labels.md); without them it runs exactly as before.
     pub item_labels: Option<std::sync::Arc<ItemLabels>>,
+    /// `labels=on`: use the catalogue's public labels (the label statistic and model).
+    /// Off by default: on some store shapes the label model still ranks below DP
+    /// popularity (docs/QUALITY.md, "Public labels"), so an operator opts in.
+    pub use_labels: bool,
 }
 
 impl Default for DpTopN {
@@ -140,6 +144,7 @@ impl Default for DpTopN {
             liked: Liked::DEFAULT,
             combine_releases: true,
             item_labels: None,
+            use_labels: false,
         }
     }
 }
@@ -204,6 +209,13 @@ impl DpTopN {
             liked: Liked::from_params(p, d.liked)?,
             combine_releases: p.bool("combine_releases", d.combine_releases)?,
             item_labels: None,
+            use_labels: match p.get_str("labels") {
+                None | Some("off") => false,
+                Some("on") => true,
+                Some(other) => {
+                    return Err(invalid("labels", format!("{other:?} is not on or off")))
+                }
+            },
         };
         p.reject_unknown("dp-topn")?;
         if t.noise_factor < 1.0 {
@@ -562,7 +574,7 @@ impl DpTopN {
                     item_labels: l.per_item.clone(),
                     share: base.share,
                     alpha,
-                    floor: (self.threshold * sigma_count).max(1.0),
+                    threshold: self.threshold * sigma_count,
                 },
                 inner: ranker,
             }),
@@ -642,6 +654,9 @@ impl Trainer for DpTopN {
             "liked": self.liked.param(), "unliked_weight": self.contribution.unliked_weight,
             "combine_releases": self.combine_releases,
         });
+        if self.use_labels {
+            v["labels"] = "on".into();
+        }
         match self.split {
             Split::Gram => {
                 v["split"] = "gram".into();
@@ -702,10 +717,12 @@ impl Trainer for DpTopN {
     }
 
     fn with_item_labels(&self, labels: std::sync::Arc<ItemLabels>) -> Option<Box<dyn Trainer>> {
-        Some(Box::new(Self {
-            item_labels: Some(labels),
-            ..self.clone()
-        }))
+        self.use_labels.then(|| -> Box<dyn Trainer> {
+            Box::new(Self {
+                item_labels: Some(labels),
+                ..self.clone()
+            })
+        })
     }
 
     fn fit(&self, data: &TrainData<'_>, rng: &mut DpRng) -> Result<Fitted, TrainError> {
