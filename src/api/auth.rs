@@ -92,8 +92,15 @@ pub struct Keys {
 }
 
 pub fn hash_key(key: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let d = Sha256::digest(key.as_bytes());
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    // Checked on every request: one allocation, not one per byte.
+    let mut hex = String::with_capacity(2 * d.len());
+    for b in d {
+        hex.push(HEX[usize::from(b >> 4)] as char);
+        hex.push(HEX[usize::from(b & 15)] as char);
+    }
+    hex
 }
 
 /// A fresh random key (256 bits, hex).
@@ -429,6 +436,15 @@ impl UserKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stored digests are lower-case hex SHA-256 (keys stored before stay valid).
+    #[test]
+    fn key_hash_is_lower_case_hex_sha256() {
+        assert_eq!(
+            hash_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn grants_and_scopes() {

@@ -447,7 +447,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/openapi.json").route(get().to(health::openapi_json)))
         .service(web::resource("/docs").route(get().to(health::docs)))
         .service(
+            // Patterns with a `{segment}` are tried in this order, each a regex match:
+            // the hot reads first (no two patterns here match the same path).
             web::scope("/v1")
+                .service(
+                    web::resource("/users/{user}/recommendations")
+                        .route(get().to(recommend::recommendations)),
+                )
+                .service(
+                    web::resource("/users/{user}/predictions")
+                        .route(get().to(predict::predictions)),
+                )
                 .service(web::resource("/ratings").post(ratings::ingest))
                 .service(
                     web::resource("/users/{user}/ratings/{item}").delete(ratings::delete_rating),
@@ -461,14 +471,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/users/{user}/budget").route(get().to(users::audit)))
                 .service(web::resource("/users/{user}/receipt").route(get().to(pages::receipt)))
                 .service(web::resource("/users/{user}/receipt/links").post(pages::receipt_link))
-                .service(
-                    web::resource("/users/{user}/recommendations")
-                        .route(get().to(recommend::recommendations)),
-                )
-                .service(
-                    web::resource("/users/{user}/predictions")
-                        .route(get().to(predict::predictions)),
-                )
                 .service(web::resource("/items").route(get().to(items::list)))
                 .service(web::resource("/items/{item}/similar").route(get().to(recommend::similar)))
                 .service(web::resource("/models").route(get().to(models::list)))

@@ -1,7 +1,5 @@
 //! Top-N recommendations and similar items, answered from the served model in memory.
 
-use std::collections::HashSet;
-
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -141,25 +139,24 @@ pub async fn recommendations(
     let offset = super::parse_offset("offset", q.offset)? as usize;
     let model = state.registry.current().ok_or_else(no_model)?;
     let facts = user_facts(&state, user.as_str()).await?;
-    let none = HashSet::new();
-    let exclude = if q.include_rated.unwrap_or(false) {
-        &none
-    } else {
-        &facts.rated
-    };
-    let query = crate::serve::TopNQuery {
-        user: user.as_str(),
+    let top = model.top_n_for(
+        user.as_str(),
+        &facts,
         n,
         offset,
-        exclude,
-        own: &facts.ratings,
-        force_fallback: facts.deleted,
-    };
-    let top = model.top_n(&query);
+        q.include_rated.unwrap_or(false),
+    );
     let source = if top.fallback {
         "popularity"
     } else {
-        model.personal_source(&query)
+        model.personal_source(&crate::serve::TopNQuery {
+            user: user.as_str(),
+            n,
+            offset,
+            exclude: &std::collections::HashSet::new(),
+            own: &facts.ratings,
+            force_fallback: facts.deleted,
+        })
     };
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),

@@ -291,8 +291,21 @@ impl ItemRanker {
     /// Scores of the items outside the candidates: below `lowest` (the lowest candidate
     /// score), in the order of their DP counts. Without `fill` they stay `-inf`.
     fn fill_outside(&self, lowest: f64, out: &mut [f64]) {
-        if self.fill.is_empty() {
+        let Some((lo, span)) = self.fill_span() else {
             return;
+        };
+        for (j, o) in out.iter_mut().enumerate() {
+            if self.position(j).is_none() {
+                *o = lowest - 2.0 + (self.fill[j] - lo) / span;
+            }
+        }
+    }
+
+    /// The smallest DP count of `fill` and the span that scales the counts into `[0, 1]`;
+    /// `None` without `fill`.
+    fn fill_span(&self) -> Option<(f64, f64)> {
+        if self.fill.is_empty() {
+            return None;
         }
         let (lo, hi) = self
             .fill
@@ -300,12 +313,15 @@ impl ItemRanker {
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
                 (a.min(x), b.max(x))
             });
-        let span = if hi > lo { hi - lo } else { 1.0 };
-        for (j, o) in out.iter_mut().enumerate() {
-            if self.position(j).is_none() {
-                *o = lowest - 2.0 + (self.fill[j] - lo) / span;
-            }
-        }
+        Some((lo, if hi > lo { hi - lo } else { 1.0 }))
+    }
+
+    /// Each item's term in its score outside the candidates: an item outside them scores
+    /// `(lowest - 2) + term` ([`ItemRanker::score_items_with`]), the same operations in
+    /// the same order. `None` without `fill`.
+    pub fn fill_terms(&self) -> Option<Vec<f64>> {
+        let (lo, span) = self.fill_span()?;
+        Some(self.fill.iter().map(|&f| (f - lo) / span).collect())
     }
 
     /// Candidate position of catalogue item `j`, if it is a candidate.

@@ -23,6 +23,9 @@ pub struct UserFacts {
     /// profile): computed once per release and these facts; new ratings make new facts,
     /// so the solve is refreshed when the user's ratings change.
     pub solved: std::sync::OnceLock<(i64, Arc<crate::model::joint_als::UserProfile>)>,
+    /// The user's part of their top-N lists under the served release
+    /// ([`super::lists::UserLists`]), computed from these facts on first use.
+    pub lists: super::lists::ListsSlot,
 }
 
 impl UserFacts {
@@ -33,6 +36,7 @@ impl UserFacts {
             rated: ratings.iter().map(|(i, _)| i.clone()).collect(),
             ratings,
             solved: std::sync::OnceLock::new(),
+            lists: Default::default(),
         }
     }
 }

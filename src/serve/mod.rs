@@ -2,6 +2,7 @@
 //! `Arc`), top-N recommendations with the DP-popularity fallback, and similar items.
 
 pub mod facts;
+pub mod lists;
 pub mod predict;
 
 use std::collections::{HashMap, HashSet};
@@ -47,6 +48,8 @@ pub struct Published {
     /// Whether the ranker publishes its own DP counts (its non-personal lists are its
     /// popularity); otherwise the release's DP popularity answers them.
     ranker_popularity: bool,
+    /// The orders of the ranker's DP counts, ready for [`Published::top_n_for`].
+    lists: Option<lists::ModelLists>,
 }
 
 /// One top-N request.
@@ -156,6 +159,7 @@ impl Published {
             by_popularity,
             ranker: None,
             ranker_popularity: false,
+            lists: None,
         })
     }
 
@@ -172,6 +176,9 @@ impl Published {
         self.ranker_popularity = ranker
             .as_ref()
             .is_some_and(|r| r.popularity_counts().is_some());
+        self.lists = ranker
+            .as_deref()
+            .and_then(|r| lists::ModelLists::of(r, self.items.len()));
         self.ranker = ranker;
         Ok(self)
     }
