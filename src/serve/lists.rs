@@ -136,7 +136,7 @@ impl Iterator for Outside<'_> {
             }
             self.group
                 .extend(self.items[..=same].iter().map(|&(_, j)| (s, j)));
-            self.group.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+            self.group.sort_unstable_by_key(|b| std::cmp::Reverse(b.1));
             self.items = &self.items[same + 1..];
         }
         self.group.pop()
