@@ -25,7 +25,7 @@ pub struct UserFacts {
     pub solved: std::sync::OnceLock<(i64, Arc<crate::model::joint_als::UserProfile>)>,
     /// The user's part of their top-N lists under the served release
     /// ([`super::lists::UserLists`]), computed from these facts on first use.
-    pub lists: super::lists::ListsSlot,
+    pub lists: super::user_lists::ListsSlot,
 }
 
 impl UserFacts {

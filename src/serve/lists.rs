@@ -11,6 +11,8 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::facts::UserFacts;
+use super::user_lists::Personal;
+pub use super::user_lists::{ListsSlot, UserLists};
 use super::{Published, Scored, TopN, TopNQuery};
 use crate::model::item_ranker::ItemRanker;
 use crate::model::Ranker;
@@ -68,45 +70,6 @@ fn item_ranker(r: &dyn Ranker) -> Option<&ItemRanker> {
 /// [`crate::model::ranker::top_k`].
 fn better(a: &(f64, u32), b: &(f64, u32)) -> Ordering {
     b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
-}
-
-/// One user's part of their lists under one release: computed from the user's facts
-/// and the release, never from anyone else's data.
-#[derive(Debug)]
-pub struct UserLists {
-    release_id: i64,
-    /// The user's rated items in this release, sorted (excluded unless asked for).
-    rated: Vec<u32>,
-    /// `None`: the model does not personalise for this user (the DP counts' order).
-    personal: Option<Personal>,
-}
-
-#[derive(Debug)]
-struct Personal {
-    /// The candidates as `(score, item)` in list order, cut after [`KEEP`] unrated ones.
-    ranked: Vec<(f64, u32)>,
-    /// Whether `ranked` holds every listable candidate.
-    complete: bool,
-    /// Items outside the candidates score `base + term`.
-    base: f64,
-}
-
-/// The last [`UserLists`] computed from one version of a user's facts; replaced when a
-/// newer release is served.
-#[derive(Debug, Default)]
-pub struct ListsSlot(arc_swap::ArcSwapOption<UserLists>);
-
-impl Clone for ListsSlot {
-    fn clone(&self) -> Self {
-        Self(arc_swap::ArcSwapOption::new(self.0.load_full()))
-    }
-}
-
-impl PartialEq for ListsSlot {
-    /// A cache of what the facts determine: facts are equal whatever it holds.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
 }
 
 /// The items outside the candidates in list order for one user's `base`: `base + term`

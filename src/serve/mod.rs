@@ -4,6 +4,7 @@
 pub mod facts;
 pub mod lists;
 pub mod predict;
+pub mod user_lists;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
