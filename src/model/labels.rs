@@ -186,6 +186,13 @@ impl LabelLift {
         )
     }
 
+    /// Whether one of the user's own items has a label (a lift can be computed), without
+    /// computing it: the per-request checks before the scoring need only this.
+    pub fn has_labelled(&self, own: &[(usize, f64)]) -> bool {
+        own.iter()
+            .any(|&(j, _)| self.item_labels.get(j).is_some_and(|l| !l.is_empty()))
+    }
+
     /// Item `j`'s label term: the sum of its labels' lifts.
     pub fn term(&self, lift: &[f64], j: usize) -> f64 {
         self.item_labels
@@ -220,11 +227,11 @@ impl Ranker for LabelledRanker {
     }
 
     fn personalises(&self, own: &[(usize, f64)]) -> bool {
-        self.inner.personalises(own) || self.lift.user_lift(own).is_some()
+        self.inner.personalises(own) || self.lift.has_labelled(own)
     }
 
     fn personal_source(&self, own: &[(usize, f64)]) -> &'static str {
-        if self.labelled(own).is_some() {
+        if !self.inner.personalises(own) && self.lift.has_labelled(own) {
             "labels"
         } else {
             "profile"
@@ -369,6 +376,7 @@ mod tests {
         assert!((m.term(&l, 2) - (l[0] + l[1])).abs() < 1e-12);
         assert_eq!(m.term(&l, 3), 0.0);
         assert!(m.user_lift(&[(3, 4.0)]).is_none() && m.user_lift(&[]).is_none());
+        assert!(m.has_labelled(&own) && !m.has_labelled(&[(3, 4.0)]) && !m.has_labelled(&[]));
     }
 
     /// The labelled list reorders the DP counts by the user's labels; a user without a
