@@ -5,15 +5,17 @@
 //! at no charge. The model here scores an item by its DP count and by how much more the
 //! user's own rated items carry its labels than the population does:
 //!
-//! `score_j = ln c_j + sum_{g in labels(j)} ln(p_ug / p_g)` for items whose count `c_j`
-//! is at least the candidate threshold,
+//! `score_j = ln m_j + sum_{g in labels(j)} ln(p_ug / p_g)`,
 //! `p_ug = (h_ug + alpha p_g) / (n_u + alpha)`,
 //!
-//! with `c` the served DP counts (the items below the threshold, whose counts are within
-//! the noise, follow in DP-count order), `p_g` each label's share of the label mass the DP counts
-//! carry (every item spreads a mass of 1 evenly over its labels), `h_u` the same mass over
-//! the user's own rated items (`n_u` of them with a label) and `alpha` the prior strength
-//! of a user's label profile: the Bayes (Dirichlet) estimate of the user's label shares.
+//! with `m_j` the posterior mean of item `j`'s true count given its DP count, under a
+//! prior fitted to all the served DP counts ([`crate::model::count_prior`]: a count within
+//! its noise is shrunk towards what such counts usually are, so that a lift never raises
+//! noise that happened to land high above a popular item), `p_g` each label's share of the
+//! label mass the DP counts carry (every item spreads a mass of 1 evenly over its labels),
+//! `h_u` the same mass over the user's own rated items (`n_u` of them with a label) and
+//! `alpha` the prior strength of a user's label profile: the Bayes (Dirichlet) estimate of
+//! the user's label shares.
 //! `alpha` is estimated by the release from a DP statistic of how far users' label
 //! profiles spread beyond chance (`train::topn::label_stats`); where the statistic does
 //! not show that spread, no label model is published and the lists are the counts'.
@@ -150,12 +152,11 @@ pub struct LabelLift {
     pub share: Vec<f64>,
     /// The prior strength of a user's label profile, rounded to a whole number.
     pub alpha: f64,
-    /// A count below this (the candidate threshold, `threshold` sds of the counts' noise)
-    /// is within the noise: the labels reorder only the items at or above it (the DP
-    /// counts cannot say which of the others is popular, and a label lift would raise
-    /// items by their noise); the others follow them in DP-count order.
+    /// Per item, `ln m_j`: the log of the posterior mean of its true count given its DP
+    /// count ([`crate::model::count_prior`]), what the lift multiplies. Empty in a label
+    /// model stored before it existed: that model serves its item-side lists unchanged.
     #[serde(default)]
-    pub threshold: f64,
+    pub base: Vec<f64>,
 }
 
 impl LabelLift {
@@ -214,10 +215,16 @@ impl LabelledRanker {
     /// Whether `own` gets the label model's list (the inner model does not personalise
     /// for it and one of its items has a label).
     fn labelled(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
-        if self.inner.personalises(own) {
+        if self.lift.base.is_empty() || self.inner.personalises(own) {
             return None;
         }
         self.lift.user_lift(own)
+    }
+
+    /// Whether the label model answers for `own` (as [`Self::labelled`], without
+    /// computing the lift).
+    fn answers(&self, own: &[(usize, f64)]) -> bool {
+        !self.lift.base.is_empty() && !self.inner.personalises(own) && self.lift.has_labelled(own)
     }
 }
 
@@ -227,11 +234,11 @@ impl Ranker for LabelledRanker {
     }
 
     fn personalises(&self, own: &[(usize, f64)]) -> bool {
-        self.inner.personalises(own) || self.lift.has_labelled(own)
+        self.inner.personalises(own) || self.answers(own)
     }
 
     fn personal_source(&self, own: &[(usize, f64)]) -> &'static str {
-        if !self.inner.personalises(own) && self.lift.has_labelled(own) {
+        if self.answers(own) {
             "labels"
         } else {
             "profile"
@@ -254,27 +261,9 @@ impl Ranker for LabelledRanker {
         let Some(lift) = self.labelled(own) else {
             return self.inner.score_items(user, own, out);
         };
-        let counts = self.inner.popularity_counts().unwrap_or_default();
-        let count = |j: usize| counts.get(j).copied().unwrap_or(0.0);
-        let t = self.lift.threshold;
-        let mut lowest = f64::INFINITY;
         for (j, o) in out.iter_mut().enumerate() {
-            if count(j) >= t {
-                *o = count(j).max(1.0).ln() + self.lift.term(&lift, j);
-                lowest = lowest.min(*o);
-            }
-        }
-        // Below every reweighted item, in DP-count order.
-        let top = if lowest.is_finite() {
-            lowest - 1.0
-        } else {
-            0.0
-        };
-        let span = t.max(1.0);
-        for (j, o) in out.iter_mut().enumerate() {
-            if count(j) < t {
-                *o = top - (t - count(j)) / span;
-            }
+            let base = self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY);
+            *o = base + self.lift.term(&lift, j);
         }
     }
 
@@ -360,7 +349,7 @@ mod tests {
             item_labels: vec![vec![0], vec![1], vec![0, 1], vec![]],
             share: vec![0.5, 0.5],
             alpha: 2.0,
-            threshold: 0.0,
+            base: [10.0f64, 12.0, 11.0, 3.0].iter().map(|c| c.ln()).collect(),
         }
     }
 
@@ -379,8 +368,8 @@ mod tests {
         assert!(m.has_labelled(&own) && !m.has_labelled(&[(3, 4.0)]) && !m.has_labelled(&[]));
     }
 
-    /// The labelled list reorders the DP counts by the user's labels; a user without a
-    /// labelled item gets the counts' order, and the stored form round-trips.
+    /// The labelled list reorders the posterior-mean counts by the user's labels; a user
+    /// without a labelled item gets the counts' order, and the stored form round-trips.
     #[test]
     fn labelled_ranker_reweights_the_counts_by_own_labels() {
         let inner = ItemRanker::new(4, vec![0, 1], vec![10.0, 12.0], ItemScorer::Popularity, 0.0)
@@ -402,5 +391,14 @@ mod tests {
         let back: LabelledRanker =
             serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back.lift, r.lift);
+        // A label model stored before the posterior means existed (no `base`) serves the
+        // item-side lists unchanged and says so.
+        let mut stored = serde_json::to_value(&r).unwrap();
+        stored["lift"].as_object_mut().unwrap().remove("base");
+        stored["lift"]["threshold"] = 88.0.into();
+        let old: LabelledRanker = serde_json::from_value(stored).unwrap();
+        assert!(!old.personalises(&own));
+        old.score_items(None, &own, &mut out);
+        assert_eq!(out, [10.0, 12.0, 11.0, 3.0]);
     }
 }

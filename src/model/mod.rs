@@ -16,6 +16,7 @@
 //!   files parsed into it.
 
 pub mod catalogue;
+pub mod count_prior;
 pub mod factor;
 pub mod history;
 pub mod item_ranker;

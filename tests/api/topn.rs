@@ -6,6 +6,7 @@
 use dprec::data::{Interactions, Ratings};
 use dprec::retrain::Hooks;
 use dprec::serve::StoredModel;
+use dprec::train::topn::dp_topn::DpTopN;
 use dprec_lab::eval::ranking::{list_metrics, top_k};
 use dprec_lab::eval::{ranking_metrics, RankingConfig};
 use serde_json::json;
@@ -456,7 +457,7 @@ async fn a_fall_in_input_is_refused_although_counts_are_combined(url: &str) {
 }
 both_backends!(a_fall_in_input_is_refused_although_counts_are_combined);
 
-/// With `labels=on`, a catalogue with public labels that follow the tastes (`a` items are
+/// By default (`labels` on), a catalogue with public labels that follow the tastes (`a` items are
 /// `action`, `b` items `drama`, a third label on every fifth item of both): the first
 /// release of a small
 /// store, which spends the rest on counts (no personal Gram yet), draws the label
@@ -477,7 +478,6 @@ both_backends!(labels_unrelated_to_taste_publish_no_label_model);
 async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
     let mut settings = topn_settings(url);
     settings.trainer.params.remove("split");
-    settings.trainer.params.insert("labels".into(), "on".into());
     let data = taste_data(200);
     let expect_model = labels_follow_taste;
     {
@@ -519,8 +519,19 @@ async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
         assert!(record["sd_excess"].as_f64().unwrap() > 0.0, "{m}");
         assert!(record.get("excess").is_none() && record.get("size").is_none());
         assert_eq!(record["alpha"].is_number(), expect_model, "{m}");
+        assert_eq!(record["prior"], DpTopN::DEFAULT_LABEL_PRIOR, "{m}");
+        // The DP counts' order (what a user with no ratings gets): the lists without labels.
+        let (_, popular) = app
+            .get("/v1/users/nobody/recommendations?n=20", READER)
+            .await;
+        let popular: Vec<String> = popular["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["item"].as_str().unwrap().to_string())
+            .collect();
         let mut labelled = 0;
-        let mut own_taste = 0;
+        let (mut own_taste, mut own_taste_by_counts) = (0, 0);
         for u in 0..200 {
             let user = format!("user{u:03}");
             let (st, rec) = app
@@ -532,6 +543,18 @@ async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
                 assert_eq!(rec["fallback"], false);
             }
             let own = if u % 2 == 0 { "a" } else { "b" };
+            let rated: Vec<&str> = data
+                .train
+                .iter()
+                .filter(|(r, _, _)| *r == user)
+                .map(|(_, i, _)| i.as_str())
+                .collect();
+            own_taste_by_counts += popular
+                .iter()
+                .filter(|i| !rated.contains(&i.as_str()))
+                .take(3)
+                .filter(|i| i.starts_with(own))
+                .count();
             own_taste += rec["items"]
                 .as_array()
                 .unwrap()
@@ -541,9 +564,12 @@ async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
         }
         if expect_model {
             assert_eq!(labelled, 200);
-            // Mostly items of their own taste (600 at most; the DP counts' order alone
-            // gives about half, 300).
-            assert!(own_taste >= 480, "{own_taste}");
+            // Far more items of their own taste than the DP counts' order gives (600 at
+            // most).
+            assert!(
+                own_taste >= own_taste_by_counts + 60,
+                "{own_taste} vs {own_taste_by_counts} by the counts"
+            );
             // A user who arrives after the release: a list of their taste at once.
             app.ingest(&[("newcomer", "b3", 5.0, Some(10.0))]).await;
             let (_, rec) = app

@@ -103,6 +103,40 @@ fn each_split_reads_only_its_own_keys() {
     assert!(gram.get("select_share").is_none() && gram["lambda_edges"] == 2.0);
 }
 
+/// Labels are on by default and recorded only where a catalogue had labels to use (a
+/// catalogue without labels records what it always did); `label_prior` is read only
+/// with labels on and must be at least 1.
+#[test]
+fn labels_are_on_by_default_and_recorded_where_used() {
+    let parse = |p: &[&str]| DpTopN::from_params(&Params::parse(p).unwrap());
+    let default = parse(&[]).unwrap();
+    assert!(default.use_labels);
+    assert_eq!(default.label_prior, DpTopN::DEFAULT_LABEL_PRIOR);
+    let recorded = default.params();
+    assert!(recorded.get("labels").is_none() && recorded.get("label_prior").is_none());
+    let labels = std::sync::Arc::new(ItemLabels::from_names(
+        [vec!["a".to_string()], vec!["b".to_string()]]
+            .iter()
+            .map(|l| Some(l.as_slice())),
+    ));
+    let with = default.with_item_labels(labels.clone()).unwrap().params();
+    assert_eq!(
+        (&with["labels"], &with["label_prior"]),
+        (&"on".into(), &4.0.into())
+    );
+    assert_eq!(parse(&["label_prior=9"]).unwrap().label_prior, 9.0);
+    let off = parse(&["labels=off"]).unwrap();
+    assert!(off.with_item_labels(labels).is_none());
+    assert_eq!(off.params()["labels"], "off");
+    for bad in [
+        &["label_prior=0.5"][..],
+        &["labels=off", "label_prior=2"],
+        &["labels=yes"],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?}");
+    }
+}
+
 fn synthetic(n_users: u32, n_items: u32, per_user: u32) -> Ratings {
     let mut r = Ratings::with_dims(n_users as usize, n_items as usize);
     for u in 0..n_users {
