@@ -587,39 +587,48 @@ impl DpTopN {
     }
 
     /// The served ranker, with the label model when the release's label statistic
-    /// published one: the label shares of the served counts (post-processing) and the
-    /// release's prior strength.
+    /// published one.
     fn labelled(
         &self,
         ranker: ItemRanker,
         labels: Option<&LabelRelease>,
         sigma_count: f64,
     ) -> std::sync::Arc<dyn crate::model::Ranker> {
-        let (Some(l), Some(alpha)) = (&self.item_labels, labels.and_then(|r| r.alpha)) else {
-            return std::sync::Arc::new(ranker);
-        };
+        match self.label_lift(&ranker, labels, sigma_count) {
+            Some(lift) => std::sync::Arc::new(LabelledRanker {
+                inner: ranker,
+                lift,
+            }),
+            None => std::sync::Arc::new(ranker),
+        }
+    }
+
+    /// The label model over `ranker`'s counts, when the release's label statistic
+    /// published a prior strength: the posterior means of the served counts and their
+    /// label shares (post-processing), and the release's prior strength times
+    /// `label_prior`.
+    fn label_lift(
+        &self,
+        ranker: &ItemRanker,
+        labels: Option<&LabelRelease>,
+        sigma_count: f64,
+    ) -> Option<LabelLift> {
+        let l = self.item_labels.as_ref()?;
+        let alpha = labels.and_then(|r| r.alpha)?;
         let counts = ranker.popularity_counts().unwrap_or_default();
         // Each served count's noise sd: the filter's where counts are combined.
         let sd: Vec<f64> = match ranker.count_history() {
             Some(h) if h.var.len() == counts.len() => h.var.iter().map(|v| v.sqrt()).collect(),
             _ => vec![sigma_count; counts.len()],
         };
-        let Some(means) = posterior_means(&counts, &sd) else {
-            return std::sync::Arc::new(ranker);
-        };
-        let base = means.iter().map(|m| m.ln()).collect();
-        match l.base(&means) {
-            Some(base_shares) => std::sync::Arc::new(LabelledRanker {
-                lift: LabelLift {
-                    item_labels: l.per_item.clone(),
-                    share: base_shares.share,
-                    alpha: alpha * self.label_prior,
-                    base,
-                },
-                inner: ranker,
-            }),
-            None => std::sync::Arc::new(ranker),
-        }
+        let means = posterior_means(&counts, &sd)?;
+        let shares = l.base(&means)?.share;
+        Some(LabelLift {
+            item_labels: l.per_item.clone(),
+            share: shares,
+            alpha: alpha * self.label_prior,
+            base: means.iter().map(|m| m.ln()).collect(),
+        })
     }
 
     /// What the counts count (the contribution rule on this scale): a release's counts
