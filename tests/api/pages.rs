@@ -116,10 +116,10 @@ async fn receipt_scopes_and_numbers(url: &str) {
     assert!(!html.contains("<script") && !html.contains("http://"));
     // What the list is made of: the page says what the recommendations answer says.
     let rec = app.recommendations("alice", "n=1").await;
-    let said = if rec.fallback {
-        "popularity"
-    } else {
-        "personal"
+    let said = match (rec.fallback, rec.source.as_str()) {
+        (true, _) => "popularity",
+        (false, "labels") => "labels",
+        _ => "personal",
     };
     assert!(html.contains(&format!("data-source=\"{said}\"")), "{html}");
     // A reader (the curator's backend) reads it too.

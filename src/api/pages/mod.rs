@@ -390,7 +390,10 @@ async fn served_users<'a>(
         for user in live {
             let (deleted, own) = state.store.serving_facts(user).await?;
             let source = serving::list_source(Some(&p), true, user, deleted, &own);
-            personal += u64::from(source == serving::ListSource::Personal);
+            personal += u64::from(matches!(
+                source,
+                serving::ListSource::Personal | serving::ListSource::Labels
+            ));
         }
         Some((personal, live_users - personal))
     } else {

@@ -169,7 +169,8 @@ pub fn served_section(s: &Served) -> String {
         ),
         Some((personal, popular)) => format!(
             "The served {release} personalises lists: of the {}, <b id=\"served-personal\">\
-             {personal}</b> get a personal list (<code>\"source\": \"profile\"</code>) and \
+             {personal}</b> get a personal list (<code>\"source\": \"profile\"</code>, or \
+             <code>\"labels\"</code> from the label model) and \
              <b id=\"served-popularity\">{popular}</b> the DP popularity order (none of \
              their rated items is one the model scores from). Exact counts, admin only.",
             count(s.live_users, "live user", "live users")

@@ -126,6 +126,17 @@ fn list_section(list: ListSource, served: Option<i64>) -> String {
                  \"source\": \"popularity\"</code>."
             ),
         ),
+        ListSource::Labels => (
+            "labels",
+            format!(
+                "<b>Personal, by your items' labels.</b> Your list is computed when you ask, \
+                 from the published model{release} and the public labels (genres, \
+                 categories) of the items you rated: the most popular items, counted with \
+                 noise, reweighted towards the labels you rate most. A new rating changes \
+                 it at once. The API says <code>\"fallback\": false, \"source\": \
+                 \"labels\"</code>."
+            ),
+        ),
         ListSource::Personal => (
             "personal",
             format!(
@@ -697,6 +708,10 @@ mod tests {
         v.list = ListSource::Personal;
         let html = render(&v);
         assert!(html.contains("data-source=\"personal\"") && html.contains("\"profile\""));
+        v.list = ListSource::Labels;
+        let html = render(&v);
+        assert!(html.contains("data-source=\"labels\"") && html.contains("\"labels\"</code>"));
+        assert_eq!(ListSource::Labels.api_source(), Some("labels"));
         v.list = ListSource::Popularity;
         assert!(render(&v).contains("none of the items you rated"));
         v.list = ListSource::NoRelease;

@@ -21,6 +21,9 @@ pub enum ListSource {
     Popularity,
     /// A personal list: from the published model and the user's own ratings.
     Personal,
+    /// A personal list from the label model: the DP counts reweighted by the public
+    /// labels of the user's own rated items.
+    Labels,
 }
 
 impl ListSource {
@@ -29,6 +32,7 @@ impl ListSource {
         match self {
             Self::NoRelease => None,
             Self::Personal => Some("profile"),
+            Self::Labels => Some("labels"),
             _ => Some("popularity"),
         }
     }
@@ -46,6 +50,20 @@ fn falls_back(p: &Published, user: &str, own: &[(String, f64)], deleted: bool) -
         force_fallback: deleted,
     })
     .fallback
+}
+
+/// Whether the label model answers `own` (the API's `source: labels`).
+fn labelled(p: &Published, user: &str, own: &[(String, f64)]) -> bool {
+    let none = HashSet::new();
+    let q = TopNQuery {
+        user,
+        n: 1,
+        offset: 0,
+        exclude: &none,
+        own,
+        force_fallback: false,
+    };
+    p.personal_source(&q) == "labels"
 }
 
 /// Whether the release gives anybody a personal list: a ranker asked for a user who
@@ -78,6 +96,8 @@ pub fn list_source(
         ListSource::PopularityForAll
     } else if falls_back(p, user, own, false) {
         ListSource::Popularity
+    } else if labelled(p, user, own) {
+        ListSource::Labels
     } else {
         ListSource::Personal
     }
