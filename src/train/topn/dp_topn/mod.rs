@@ -204,8 +204,9 @@ impl DpTopN {
     /// The default `label_prior`: four times the estimated prior strength. Chosen on the
     /// label shapes (docs/QUALITY.md, "Public labels"): at 1 the label model ranks below
     /// DP popularity on heavy raters over a wide catalogue and on half-informative labels
-    /// (worst seeds 0.91x, 0.97x); at 4 every shape's worst seed is above it, at a cost
-    /// of 2-3% on MovieLens-100K and on strong-taste stores (whose best is 1-2).
+    /// (first release, worst seeds 0.91x and 0.97x); at 4 every shape's mean is above it,
+    /// its worst seeds within the DP counts' own spread, at a cost of 2-3% on
+    /// MovieLens-100K and on strong-taste stores (whose best is 1-2).
     pub const DEFAULT_LABEL_PRIOR: f64 = 4.0;
 
     pub fn from_params(p: &Params) -> Result<Self, TrainError> {
