@@ -1,0 +1,189 @@
+//! Cold start: items registered with their public labels but never rated, at the first
+//! release of the served `dp-topn`.
+//!
+//! ```text
+//! cargo run --release -p dprec-lab --example cold_start -- --data /path/to/ml-100k
+//!     [--hide 0.1] [--seeds 3] [--top 50]
+//! ```
+//!
+//! On each MovieLens-100K fold u1..u5 and noise seed, a seeded `--hide` share of the
+//! catalogue is hidden: every training rating of those items is removed, while they stay
+//! in the catalogue with their genres (u.item), as items an operator registered after the
+//! last release would. One release of `dp-topn` (its defaults: labels on) and one with
+//! `labels=off` are fitted on the rest. For every test user, each hidden item they rated 4
+//! or more in the test set is a pair; a pair is found when the item is in the user's top
+//! `--top` list (the user's own training items excluded). Printed: pairs found by each
+//! model, and what random placement of the hidden items would find (each pair
+//! `min(1, top / unrated)`, `unrated` the user's candidate items), as totals over the
+//! folds and per seed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use dprec::data::{Interactions, RatingScale, Ratings};
+use dprec::model::labels::ItemLabels;
+use dprec::model::ranker::top_k;
+use dprec::train::{self, Params, Ranker, TrainData, Trainer};
+use dprec_lab::folds;
+use rand::seq::SliceRandom;
+
+struct Args {
+    data: PathBuf,
+    hide: f64,
+    seeds: u64,
+    top: usize,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut a = Args {
+        data: std::env::var("DPREC_ML100K_DIR")
+            .unwrap_or_else(|_| "../shared/datasets/ml-100k".into())
+            .into(),
+        hide: 0.1,
+        seeds: 3,
+        top: 50,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let v = it.next().with_context(|| format!("{k} needs a value"))?;
+        match k.as_str() {
+            "--data" => a.data = v.into(),
+            "--hide" => a.hide = v.parse()?,
+            "--seeds" => a.seeds = v.parse()?,
+            "--top" => a.top = v.parse()?,
+            other => anyhow::bail!("unknown argument {other:?}"),
+        }
+    }
+    anyhow::ensure!(a.hide > 0.0 && a.hide < 1.0, "--hide must be in (0, 1)");
+    Ok(a)
+}
+
+/// The catalogue's genres by item index of the folds.
+fn labels(dir: &std::path::Path, items: &dprec::data::IdMap) -> anyhow::Result<ItemLabels> {
+    let info = dprec::cli::import::read_catalogue_info(&dir.join("u.item"))?;
+    let by_id: std::collections::HashMap<&str, &[String]> = info
+        .iter()
+        .map(|i| (i.id.as_str(), i.labels.as_slice()))
+        .collect();
+    Ok(ItemLabels::from_names((0..items.len() as u32).map(|j| {
+        items.external(j).and_then(|id| by_id.get(id).copied())
+    })))
+}
+
+/// Pairs found by `ranker` among `pairs` (user, hidden relevant items), and what random
+/// placement of the hidden items finds.
+fn found(
+    ranker: &dyn Ranker,
+    train: &Interactions,
+    pairs: &[(usize, Vec<usize>)],
+    n_items: usize,
+    top: usize,
+) -> (usize, f64) {
+    let mut scores = vec![0.0; ranker.n_items()];
+    let mut excluded = vec![false; n_items];
+    let (mut hits, mut random) = (0, 0.0);
+    for (u, hidden) in pairs {
+        let own: Vec<(usize, f64)> = if *u < train.by_user.n_rows() {
+            let (items, values) = train.by_user.row(*u);
+            items
+                .iter()
+                .zip(values)
+                .map(|(&j, &v)| (j as usize, v as f64))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        own.iter().for_each(|&(j, _)| excluded[j] = true);
+        ranker.score_items(Some(*u), &own, &mut scores);
+        let list = top_k(&scores, &excluded, top);
+        own.iter().for_each(|&(j, _)| excluded[j] = false);
+        hits += hidden.iter().filter(|j| list.contains(j)).count();
+        let unrated = (n_items - own.len()).max(1);
+        random += hidden.len() as f64 * (top as f64 / unrated as f64).min(1.0);
+    }
+    (hits, random)
+}
+
+fn fit(
+    trainer: &dyn Trainer,
+    train: &Ratings,
+    scale: RatingScale,
+    seed: u64,
+) -> anyhow::Result<(Arc<dyn Ranker>, Interactions)> {
+    let matrix = Interactions::new(train);
+    let data = TrainData::new(train, &matrix, scale);
+    let fitted = trainer.fit(&data, &mut dprec_dp::rng::seeded(seed))?;
+    let ranker = fitted.ranker.context("dp-topn publishes a ranker")?;
+    Ok((ranker, matrix))
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = args()?;
+    let f = folds::predefined_ml100k(&a.data)?;
+    let labels = Arc::new(labels(&a.data, &f.items)?);
+    let on = train::build("dp-topn", &Params::parse::<&str>(&[])?)?
+        .with_item_labels(labels)
+        .context("dp-topn takes labels")?;
+    let off = train::build("dp-topn", &Params::parse(&["labels=off"])?)?;
+    println!(
+        "hidden share {}, top {}; pairs = (user, hidden item rated >= 4 in the test set)",
+        a.hide, a.top
+    );
+    println!("seed  pairs  labels-on  labels-off  random");
+    let (mut all_on, mut all_off, mut all_random, mut all_pairs) = (0, 0, 0.0, 0);
+    for seed in 0..a.seeds {
+        let (mut p_on, mut p_off, mut p_random, mut n_pairs) = (0, 0, 0.0, 0);
+        for (k, fold) in f.folds.iter().enumerate() {
+            let n_items = fold.train.n_items.max(fold.test.n_items);
+            let mut order: Vec<usize> = (0..n_items).collect();
+            order.shuffle(&mut dprec_dp::rng::seeded(seed * 100 + k as u64));
+            let mut hidden = vec![false; n_items];
+            let count = (a.hide * n_items as f64).round() as usize;
+            order[..count].iter().for_each(|&j| hidden[j] = true);
+            let mut train = Ratings::with_dims(fold.train.n_users, n_items);
+            for i in 0..fold.train.len() {
+                let j = fold.train.items[i];
+                if !hidden[j as usize] {
+                    train.push(fold.train.users[i], j, fold.train.values[i]);
+                }
+            }
+            let mut by_user: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+            for i in 0..fold.test.len() {
+                let j = fold.test.items[i] as usize;
+                if hidden[j] && fold.test.values[i] >= 4.0 {
+                    by_user
+                        .entry(fold.test.users[i] as usize)
+                        .or_default()
+                        .push(j);
+                }
+            }
+            let pairs: Vec<(usize, Vec<usize>)> = by_user.into_iter().collect();
+            n_pairs += pairs.iter().map(|(_, h)| h.len()).sum::<usize>();
+            let fold_seed = seed * 1_000 + k as u64;
+            let (r, m) = fit(on.as_ref(), &train, f.scale, fold_seed)?;
+            let (hits, random) = found(r.as_ref(), &m, &pairs, n_items, a.top);
+            let (r, m) = fit(off.as_ref(), &train, f.scale, fold_seed)?;
+            p_on += hits;
+            p_off += found(r.as_ref(), &m, &pairs, n_items, a.top).0;
+            p_random += random;
+        }
+        println!("{seed:>4}  {n_pairs:>5}  {p_on:>9}  {p_off:>10}  {p_random:>6.1}");
+        (all_on, all_off, all_random, all_pairs) = (
+            all_on + p_on,
+            all_off + p_off,
+            all_random + p_random,
+            all_pairs + n_pairs,
+        );
+    }
+    let share = |x: f64| 100.0 * x / all_pairs.max(1) as f64;
+    println!(
+        "found in the top {}: labels on {:.1}%, labels off {:.1}%, random placement {:.1}% of {} pairs",
+        a.top,
+        share(all_on as f64),
+        share(all_off as f64),
+        share(all_random),
+        all_pairs
+    );
+    Ok(())
+}
