@@ -32,12 +32,15 @@ impl Store {
         batch: &[NewRating],
         defaults: Defaults,
     ) -> Result<usize, StoreError> {
-        let now = now_ms();
         let batch = Batch::new(batch);
         // In the writers' queue, then holding SQLite's write lock from the first statement:
         // never behind a whole release, and never failing at once on a busy database.
         let _gate = self.write_gate().await;
         let mut tx = self.begin_write().await?;
+        // Taken once the writers' queue is behind: `updated_at` then precedes the commit
+        // by the transaction's own time only (serving's check for changes made by other
+        // processes reads by it, `serve::facts`).
+        let now = now_ms();
         // LDP ratings charge their users: the hold of a release in flight first, before
         // any user's row (the lock order of `store::holds`).
         let held = if batch.rows.iter().any(|r| r.ldp.is_some()) {
@@ -212,6 +215,38 @@ impl Store {
             }
         }
         Ok((deleted, ratings))
+    }
+
+    /// The ratings changed at `since` (Unix ms) or later, of the users `keep` accepts,
+    /// with their current value (`None`: deleted) and whether their user is deleted now:
+    /// what another process wrote, for the serving cache
+    /// (`serve::facts`), as `(user, item, value, user deleted)`. Read through the
+    /// `updated_at` index, streamed, so only the kept rows are held.
+    pub async fn ratings_changed_since(
+        &self,
+        since: i64,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, String, Option<f64>, bool)>, StoreError> {
+        use futures_util::TryStreamExt;
+        let mut rows = sqlx::query(
+            "SELECT r.user_id, r.item_id, r.value, u.deleted FROM ratings r \
+             JOIN users u ON u.id = r.user_id WHERE r.updated_at >= $1",
+        )
+        .bind(since)
+        .fetch(&self.pool);
+        let mut out = Vec::new();
+        while let Some(r) = rows.try_next().await? {
+            let user: &str = r.try_get(0)?;
+            if keep(user) {
+                out.push((
+                    user.to_owned(),
+                    r.try_get(1)?,
+                    r.try_get(2)?,
+                    r.try_get::<i64, _>(3)? != 0,
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// The user's own current ratings `(item, value)`: what serving may use for that user
