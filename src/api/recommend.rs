@@ -149,14 +149,7 @@ pub async fn recommendations(
     let source = if top.fallback {
         "popularity"
     } else {
-        model.personal_source(&crate::serve::TopNQuery {
-            user: user.as_str(),
-            n,
-            offset,
-            exclude: crate::serve::Exclude::Nothing,
-            own: &facts.ratings,
-            force_fallback: facts.deleted,
-        })
+        model.personal_source(&facts)
     };
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),

@@ -68,9 +68,15 @@ impl UserFacts {
 
     /// Whether the user has a rating of `item`.
     pub fn rated(&self, item: &str) -> bool {
+        self.value(item).is_some()
+    }
+
+    /// The user's rating of `item`.
+    pub fn value(&self, item: &str) -> Option<f64> {
         self.ratings
             .binary_search_by(|(i, _)| i.as_ref().cmp(item))
-            .is_ok()
+            .ok()
+            .map(|k| self.ratings[k].1)
     }
 
     /// The user's rated items, by id.
@@ -320,7 +326,12 @@ impl UserFactsCache {
         let updated: Vec<_> = taken
             .into_iter()
             .filter_map(|(user, old, new)| {
-                let facts = self.merged(&old, deleted[user], new);
+                // Most changes are this process's own writes, already applied.
+                let deleted = deleted[user];
+                if old.deleted == deleted && new.iter().all(|&(i, v)| old.value(i) == v) {
+                    return None;
+                }
+                let facts = self.merged(&old, deleted, new);
                 (facts != *old).then_some((user, old, facts))
             })
             .collect();

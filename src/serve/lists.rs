@@ -204,7 +204,7 @@ impl Published {
     }
 
     /// The user's lists under this release: cached in `facts`, computed on first use.
-    fn user_lists(&self, facts: &UserFacts) -> Option<Arc<UserLists>> {
+    pub(super) fn user_lists(&self, facts: &UserFacts) -> Option<Arc<UserLists>> {
         if let Some(u) = facts.lists.0.load_full() {
             if u.release_id == self.release_id {
                 return Some(u);
@@ -249,6 +249,7 @@ impl Published {
         let u = Arc::new(UserLists {
             release_id: self.release_id,
             rated,
+            source: self.ranker.as_deref()?.personal_source(&own),
             personal,
         });
         facts.lists.0.store(Some(u.clone()));

@@ -226,19 +226,17 @@ impl Published {
             .then(|| h.var.iter().map(|v| v + 1.0 / 12.0).sum::<f64>().sqrt())
     }
 
-    /// What a personal list of `q` is made of (the API's `source` when `fallback` is
-    /// false): the served ranker's [`Ranker::personal_source`], `profile` for a factor
-    /// model.
-    pub fn personal_source(&self, q: &TopNQuery<'_>) -> &'static str {
+    /// What a personal list of the user of `facts` is made of (the API's `source` when
+    /// `fallback` is false): the served ranker's [`Ranker::personal_source`], `profile`
+    /// for a factor model. From the user's ready lists when the release has them.
+    pub fn personal_source(&self, facts: &facts::UserFacts) -> &'static str {
         let Some(r) = &self.ranker else {
             return "profile";
         };
-        let own: Vec<(usize, f64)> = q
-            .own
-            .iter()
-            .filter_map(|(i, v)| self.item_index(i).map(|j| (j, *v)))
-            .collect();
-        r.personal_source(&own)
+        if let Some(u) = self.lists.as_ref().and_then(|_| self.user_lists(facts)) {
+            return u.source;
+        }
+        r.personal_source(&self.own_indices(facts))
     }
 
     /// Whether lists come from a ranker over the user's own ratings.
