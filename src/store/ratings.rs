@@ -198,6 +198,11 @@ impl Store {
         &self,
         user: &str,
     ) -> Result<(bool, Vec<(String, f64)>), StoreError> {
+        if self.backend == Backend::Sqlite {
+            if let Some(facts) = self.serving_facts_packed(user).await? {
+                return Ok(facts);
+            }
+        }
         let rows = sqlx::query(
             "SELECT u.deleted, r.item_id, r.value FROM users u \
              LEFT JOIN ratings r ON r.user_id = u.id AND r.value IS NOT NULL \
@@ -215,6 +220,53 @@ impl Store {
             }
         }
         Ok((deleted, ratings))
+    }
+
+    /// [`Store::serving_facts`] on SQLite in one row: sqlx hands SQLite's rows from the
+    /// connection's thread to the task one at a time (a thread wake-up and a copy of
+    /// every value each), which made the read of a user of 150 ratings cost about 1 ms at
+    /// 20M ratings, most of a first top-N request's time. The ratings come packed in one
+    /// text value (item, unit separator, value with 17 significant digits, which reads
+    /// back as the same f64; record separator between ratings) and are sorted here by
+    /// item (SQLite's BINARY order is byte order, as the row-wise read's ORDER BY).
+    /// `None` when the text does not unpack to the user's count of ratings (an id that
+    /// holds a separator; ids from the API hold no control characters): the row-wise
+    /// read answers then.
+    async fn serving_facts_packed(
+        &self,
+        user: &str,
+    ) -> Result<Option<(bool, Vec<(String, f64)>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT u.deleted, p.n, p.packed FROM users u, \
+             (SELECT COUNT(*) AS n, group_concat(item_id || char(31) || \
+                     printf('%!.17g', value), char(30)) AS packed \
+              FROM ratings WHERE user_id = $1 AND value IS NOT NULL) AS p \
+             WHERE u.id = $1",
+        )
+        .bind(user)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else {
+            return Ok(Some((false, Vec::new())));
+        };
+        let deleted = r.try_get::<i64, _>(0)? != 0;
+        let n: i64 = r.try_get(1)?;
+        let packed: Option<String> = r.try_get(2)?;
+        let mut ratings = Vec::with_capacity(n.max(0) as usize);
+        for rec in packed.as_deref().unwrap_or("").split('\u{1e}') {
+            let Some((item, value)) = rec.rsplit_once('\u{1f}') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                return Ok(None);
+            };
+            ratings.push((item.to_owned(), value));
+        }
+        if ratings.len() as i64 != n {
+            return Ok(None);
+        }
+        ratings.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Some((deleted, ratings)))
     }
 
     /// The ratings changed at `since` (Unix ms) or later, of the users `keep` accepts,

@@ -238,3 +238,49 @@ async fn cached_facts_follow_writes_of_this_and_other_processes(url: &str) {
     app.stop().await;
 }
 both_backends!(cached_facts_follow_writes_of_this_and_other_processes);
+
+/// The serving read of a user's ratings gives every value back bit for bit, ordered by
+/// item (on SQLite it comes packed as text, `Store::serving_facts`).
+async fn serving_facts_read_every_value_exactly(url: &str) {
+    use rand::{Rng, SeedableRng};
+    let app = TestApp::spawn(settings(url), FakeDp::gaussian(5.0).0, Hooks::default()).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(47);
+    let items: Vec<String> = (0..300).map(|k| format!("item-{k}")).collect();
+    app.register(&items).await;
+    let ratings: Vec<dprec::store::NewRating> = items
+        .iter()
+        .map(|i| dprec::store::NewRating {
+            user: "u".into(),
+            item: i.clone(),
+            value: match rng.random_range(0..4) {
+                0 => f64::from(rng.random_range(1..=10)) / 2.0,
+                1 => 0.1 + f64::from(rng.random_range(0..40)) / 10.0,
+                2 => 1.0 + 4.0 * rng.random::<f64>(),
+                _ => 1.0 + 4.0 * f64::from(rng.random::<f32>()),
+            },
+            eps: None,
+            ldp: None,
+        })
+        .collect();
+    let defaults = dprec::store::Defaults {
+        rating_eps: 1.0,
+        user_eps: 10.0,
+        user_delta: 1e-6,
+    };
+    app.store.upsert_ratings(&ratings, defaults).await.unwrap();
+    let (deleted, got) = app.store.serving_facts("u").await.unwrap();
+    assert!(!deleted);
+    let mut want: Vec<(String, u64)> = ratings
+        .iter()
+        .map(|r| (r.item.clone(), r.value.to_bits()))
+        .collect();
+    want.sort();
+    let got: Vec<(String, u64)> = got.into_iter().map(|(i, v)| (i, v.to_bits())).collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        app.store.serving_facts("nobody").await.unwrap(),
+        (false, Vec::new())
+    );
+    app.stop().await;
+}
+both_backends!(serving_facts_read_every_value_exactly);
