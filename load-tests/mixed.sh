@@ -4,9 +4,11 @@
 #
 #   load-tests/mixed.sh [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m]
 #                       [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases]
-#                       [--read-rate R] [--write-rate B]
+#                       [--read-rate R] [--write-rate B] [--bin PATH]
 #
 # 1. builds the release binary and the `load_mixed` client (examples/load_mixed.rs);
+#    --bin PATH serves with another build of `dprec` instead (e.g. a copy of main's, to
+#    compare two builds with the same client);
 # 2. starts the service on 127.0.0.1 with a fresh store (SQLite file in a temp dir, or a
 #    fresh PostgreSQL database that is dropped at the end), scheduler off;
 # 3. imports the data through the API (`dprec import`): MovieLens-100K, or 1M synthetic
@@ -38,6 +40,7 @@ RELEASES=""
 BATCH=100
 READ_RATE=()
 WRITE_RATE=()
+SERVE_BIN=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --backend) BACKEND="$2"; shift 2 ;;
@@ -50,12 +53,13 @@ while [[ $# -gt 0 ]]; do
         --batch) BATCH="$2"; shift 2 ;;
         --read-rate) READ_RATE=(--read-rate "$2"); shift 2 ;;
         --write-rate) WRITE_RATE=(--write-rate "$2"); shift 2 ;;
-        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases] [--read-rate R] [--write-rate B]" >&2; exit 2 ;;
+        --bin) SERVE_BIN=$(realpath "$2"); shift 2 ;;
+        *) echo "usage: $0 [--backend sqlite|postgres] [--duration S] [--data ml100k|synth1m] [--readers N] [--writers N] [--raters N] [--batch N] [--no-releases] [--read-rate R] [--write-rate B] [--bin PATH]" >&2; exit 2 ;;
     esac
 done
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release --quiet --bin dprec --bin dprec-lab --example load_mixed
-BIN=$TARGET/release/dprec
+BIN=${SERVE_BIN:-$TARGET/release/dprec}
 CLIENT=$TARGET/release/examples/load_mixed
 WORK=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
@@ -73,7 +77,7 @@ case "$DATA" in
         USERS=943; ITEMS=1682 ;;
     synth1m)
         # 1M ratings written as user,item,rating CSV by the synthetic generator.
-        "$(dirname "$BIN")/dprec-lab" synth --preset ml100k --ratings 1000000 --seed 42 --out "$WORK/synth.csv" >&2
+        "$TARGET/release/dprec-lab" synth --preset ml100k --ratings 1000000 --seed 42 --out "$WORK/synth.csv" >&2
         DATADIR=$WORK/synth.csv
         USERS=$(cut -d, -f1 "$WORK/synth.csv" | sort -un | tail -1)
         ITEMS=$(cut -d, -f2 "$WORK/synth.csv" | sort -un | tail -1) ;;

@@ -3,7 +3,7 @@
 # to the same server's /healthz in the same run (loopback only, bounded in time).
 #
 #   load-tests/topn_cost.sh [--bin PATH]... [--data DIR | --store DIR [--pg DB]]
-#                           [--duration S] [--no-predictions]
+#                           [--duration S] [--warmup S] [--no-predictions]
 #
 # 1. the store: MovieLens-100K from --data DIR (default ../shared/datasets/ml-100k)
 #    imported through the API into a scratch SQLite store, or a copy of a store made by
@@ -14,13 +14,18 @@
 #    predictor: dp-topn ranks without predicting ratings); every binary then serves the
 #    same releases, so their lists are the same and only the serving cost differs;
 # 3. per binary (--bin, repeatable; default target/release/dprec), one fresh service
-#    per store, wrk with 2 threads for --duration seconds (default 10) per line, back to
-#    back: /healthz, top-N of random users (n=10) and predictions of random users (10
+#    per store, a warm-up of --warmup seconds (default 3) at 32 connections that asks
+#    for every user once, in order (then /healthz until the time is up), so that the
+#    runs below measure a service that has served its users before: on a large store
+#    give it the time to reach them all (it prints how many it asked for; a first request
+#    reads the user's ratings from the store), then wrk with 2 threads for --duration
+#    seconds (default 10) per line, back to back: /healthz, top-N of random users (n=10) and predictions of random users (10
 #    random items) at 32 and at 4 connections, then at 4 connections the users with about
 #    10, 100 and 1,000 ratings (up to 200 users whose count is within 20% of each; a
 #    store without such users prints nothing for them);
 # 4. prints one line per run: requests/s, p50, p99, and requests/s as a ratio to /healthz
-#    at the same connections with the same binary.
+#    at the same connections with the same binary; then per service its resident memory
+#    at the end (VmRSS) and the peak (VmHWM).
 #
 # Needs wrk and sqlite3 (or psql). How to read its output: docs/BENCHMARKS.md.
 set -euo pipefail
@@ -31,6 +36,7 @@ data=../shared/datasets/ml-100k
 store=""
 pg=""
 duration=10
+warmup=3
 predictions=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -39,6 +45,7 @@ while [ $# -gt 0 ]; do
         --store) store=$(realpath "$2"); shift 2 ;;
         --pg) pg=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
+        --warmup) warmup=$2; shift 2 ;;
         --no-predictions) predictions=0; shift ;;
         *) echo "topn_cost: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -135,7 +142,8 @@ echo "store: $(wc -l <"$counts") users with ratings, $(wc -l <"$scratch/items.tx
 lua_list() { awk 'BEGIN { printf "{" } { printf "%s\"%s\"", (NR > 1 ? "," : ""), $1 } END { print "}" }' "$1"; }
 awk '{ print $1 }' "$counts" >"$scratch/users_all.txt"
 for c in 10 100 1000; do
-    awk -v c="$c" '$2 >= 0.8 * c && $2 <= 1.2 * c { print $1 }' "$counts" | head -200 >"$scratch/users_$c.txt"
+    # (Not `| head`: with pipefail, awk's broken pipe on a large store ends the script.)
+    awk -v c="$c" '$2 >= 0.8 * c && $2 <= 1.2 * c && k++ < 200 { print $1 }' "$counts" >"$scratch/users_$c.txt"
 done
 # wrk script: GET PATH for random users of LIST (predictions: 10 random items).
 lua() { # NAME USERS KIND
@@ -155,7 +163,27 @@ request = function()
 end
 LUA
 }
+# The warm-up: every user once, in order (thread k of 2 takes every other one).
+warm_lua() { # NAME USERS KIND
+    cat >"$scratch/$1.lua" <<LUA
+local n = 0
+function setup(thread) thread:set("id", n); n = n + 1 end
+wrk.headers["Authorization"] = "Bearer $ADMIN"
+local users = $(lua_list "$2")
+local k = 0
+request = function()
+  local i = (id or 0) + 2 * k + 1
+  k = k + 1
+  if i > #users then return wrk.format("GET", "/healthz") end
+  if "$3" == "topn" then
+    return wrk.format("GET", "/v1/users/" .. users[i] .. "/recommendations?n=10")
+  end
+  return wrk.format("GET", "/v1/users/" .. users[i] .. "/predictions?items=$(head -1 "$scratch/items.txt")")
+end
+LUA
+}
 for kind in topn pred; do
+    warm_lua "${kind}_warm" "$scratch/users_all.txt" "$kind"
     lua "${kind}_all" "$scratch/users_all.txt" "$kind"
     for c in 10 100 1000; do
         [ -s "$scratch/users_$c.txt" ] && lua "${kind}_$c" "$scratch/users_$c.txt" "$kind"
@@ -181,7 +209,8 @@ for bin in "${bins[@]}"; do
         [ "$kind" = pred ] && [ "$predictions" = 0 ] && continue
         url=url_$kind
         serve_on "$bin" "${!url}"
-        wrk -t2 -c32 -d3s -s "$scratch/${kind}_all.lua" "$B" >/dev/null # warm-up
+        wrk -t2 -c32 -d"${warmup}s" -s "$scratch/${kind}_warm.lua" "$B" >"$scratch/warm.txt"
+        echo "warm-up ($name, $kind): $(awk '/requests in/ {print $1}' "$scratch/warm.txt") requests for $(wc -l <"$scratch/users_all.txt") users" >&2
         lines=()
         for c in 32 4; do
             lines+=("$(run healthz "$c" -)")
@@ -192,6 +221,7 @@ for bin in "${bins[@]}"; do
                 lines+=("$(run "$kind-$u" 4 "$scratch/${kind}_$u.lua")")
             fi
         done
+        mem=$(awk '/VmRSS|VmHWM/ {printf "%s %s kB  ", $1, $2}' "/proc/$server/status")
         stop
         for l in "${lines[@]}"; do
             read -r route conns rps p50 p99 bad <<<"$l"
@@ -199,5 +229,6 @@ for bin in "${bins[@]}"; do
             printf '%-24s %-10s %5s %10s %6.2fx %9s %9s%s\n' "$name" "$route" "$conns" "$rps" \
                 "$(echo "$rps / $base" | bc -l)" "$p50" "$p99" "${bad:+  non-2xx: $bad}"
         done
+        printf '%-24s %-10s memory: %s\n' "$name" "$kind" "$mem"
     done
 done

@@ -36,6 +36,8 @@ pub struct Application {
     /// The page-link secret (its file re-read with the keys).
     link_keys: api::pages::secret::LinkKeys,
     reload_secs: u64,
+    /// The serving facts cache, refreshed every `reload_secs` from the store's changes.
+    user_facts: Arc<crate::serve::facts::UserFactsCache>,
 }
 
 /// The trainer named in the config, checked against the serving policy.
@@ -161,6 +163,57 @@ async fn reload_keys(
             Ok(true) => log::info!("page-link secret rotated: links minted before are void"),
             Ok(false) => {}
             Err(e) => log::warn!("reloading the page-link secret (keeping the current one): {e:#}"),
+        }
+    }
+}
+
+/// How far back each check for changed ratings reaches before the previous check's read:
+/// a rating's `updated_at` is taken inside its transaction, before the commit, so a write
+/// can become visible after a check whose read began later than its timestamp. Merging a
+/// change twice changes nothing; the overlap costs reading those rows again.
+const CHANGE_OVERLAP_MS: i64 = 10_000;
+
+/// Users whose cached serving facts are refreshed at most (`serve::facts`): the ratings
+/// bound below is about 0.5 GB of ratings (24 bytes each) plus the ready lists.
+const FACTS_CAPACITY: usize = 1_000_000;
+const FACTS_MAX_RATINGS: usize = 20_000_000;
+
+/// Every `every`, merges the ratings other processes on the same database changed into
+/// the serving facts of the cached users (`serve::facts`): only the rows changed since
+/// the previous check (with an overlap), never a sweep of the cache.
+async fn refresh_user_facts(
+    store: Store,
+    cache: Arc<crate::serve::facts::UserFactsCache>,
+    every: std::time::Duration,
+) {
+    let mut last = crate::store::now_ms();
+    loop {
+        tokio::time::sleep(every).await;
+        let started = crate::store::now_ms();
+        let clock = cache.clock();
+        let rows = store
+            .ratings_changed_since(last - CHANGE_OVERLAP_MS, |u| cache.contains(u))
+            .await;
+        match rows {
+            Ok(rows) => {
+                let changes: Vec<_> = rows
+                    .into_iter()
+                    .map(
+                        |(user, item, value, user_deleted)| crate::serve::facts::ChangedRating {
+                            user,
+                            item,
+                            value,
+                            user_deleted,
+                        },
+                    )
+                    .collect();
+                let n = cache.apply_changes(clock, &changes);
+                if n > 0 {
+                    log::debug!("serving facts: {n} cached users changed by other writers");
+                }
+                last = started;
+            }
+            Err(e) => log::warn!("reading changed ratings for the serving cache: {e:#}"),
         }
     }
 }
@@ -348,6 +401,10 @@ impl Application {
         if let Some(id) = retrainer.load_latest().await? {
             log::info!("serving release {id} from the store");
         }
+        let user_facts = Arc::new(crate::serve::facts::UserFactsCache::new(
+            FACTS_CAPACITY,
+            FACTS_MAX_RATINGS,
+        ));
         let state = web::Data::new(AppState {
             store: store.clone(),
             registry: registry.clone(),
@@ -357,10 +414,7 @@ impl Application {
             keys: keys.clone(),
             link_keys: link_keys.clone(),
             scale: settings.scale()?,
-            user_facts: Arc::new(crate::serve::facts::UserFactsCache::new(
-                std::time::Duration::from_secs(settings.scheduler.reload_secs.clamp(1, 60)),
-                200_000,
-            )),
+            user_facts: user_facts.clone(),
             write_lane: Arc::new(crate::lanes::Lane::start("dprec-write")?),
             documents: Arc::new(documents()?),
         });
@@ -378,6 +432,7 @@ impl Application {
             keys,
             link_keys,
             reload_secs: settings.scheduler.reload_secs,
+            user_facts,
         })
     }
 
@@ -399,11 +454,18 @@ impl Application {
                 std::time::Duration::from_secs(self.reload_secs),
             ))
         });
+        let facts_refresh = (self.reload_secs > 0).then(|| {
+            tokio::spawn(refresh_user_facts(
+                self.store.clone(),
+                self.user_facts.clone(),
+                std::time::Duration::from_secs(self.reload_secs),
+            ))
+        });
         let r = self.server.await;
         if let Some(h) = sched {
             h.abort();
         }
-        if let Some(h) = key_reload {
+        for h in [key_reload, facts_refresh].into_iter().flatten() {
             h.abort();
         }
         watch.abort();

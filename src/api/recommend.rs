@@ -115,7 +115,7 @@ pub(crate) async fn user_facts(
         return Ok(f);
     }
     let (deleted, ratings) = state.store.serving_facts(user).await?;
-    let facts = std::sync::Arc::new(crate::serve::facts::UserFacts::new(deleted, ratings));
+    let facts = std::sync::Arc::new(state.user_facts.facts(deleted, ratings));
     state.user_facts.insert(user, facts.clone());
     Ok(facts)
 }
@@ -149,14 +149,7 @@ pub async fn recommendations(
     let source = if top.fallback {
         "popularity"
     } else {
-        model.personal_source(&crate::serve::TopNQuery {
-            user: user.as_str(),
-            n,
-            offset,
-            exclude: &std::collections::HashSet::new(),
-            own: &facts.ratings,
-            force_fallback: facts.deleted,
-        })
+        model.personal_source(&facts)
     };
     Ok(HttpResponse::Ok().json(Recommendations {
         user: user.into_string(),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::facts::UserFacts;
 use super::user_lists::Personal;
 pub use super::user_lists::{ListsSlot, UserLists};
-use super::{Published, Scored, TopN, TopNQuery};
+use super::{Exclude, Published, Scored, TopN, TopNQuery};
 use crate::model::item_ranker::ItemRanker;
 use crate::model::Ranker;
 
@@ -121,12 +121,15 @@ impl Published {
         if let Some(top) = self.cached_top_n(facts, n, offset, include_rated) {
             return top;
         }
-        let none = std::collections::HashSet::new();
         self.top_n(&TopNQuery {
             user,
             n,
             offset,
-            exclude: if include_rated { &none } else { &facts.rated },
+            exclude: if include_rated {
+                Exclude::Nothing
+            } else {
+                Exclude::Rated(facts)
+            },
             own: &facts.ratings,
             force_fallback: facts.deleted,
         })
@@ -201,7 +204,7 @@ impl Published {
     }
 
     /// The user's lists under this release: cached in `facts`, computed on first use.
-    fn user_lists(&self, facts: &UserFacts) -> Option<Arc<UserLists>> {
+    pub(super) fn user_lists(&self, facts: &UserFacts) -> Option<Arc<UserLists>> {
         if let Some(u) = facts.lists.0.load_full() {
             if u.release_id == self.release_id {
                 return Some(u);
@@ -209,8 +212,7 @@ impl Published {
         }
         let r = item_ranker(self.ranker.as_deref()?)?;
         let mut rated: Vec<u32> = facts
-            .rated
-            .iter()
+            .rated_items()
             .filter_map(|i| self.item_index(i))
             .map(|j| j as u32)
             .collect();
@@ -247,6 +249,7 @@ impl Published {
         let u = Arc::new(UserLists {
             release_id: self.release_id,
             rated,
+            source: self.ranker.as_deref()?.personal_source(&own),
             personal,
         });
         facts.lists.0.store(Some(u.clone()));
@@ -264,7 +267,6 @@ mod tests {
     use dprec_dp::charges::Guarantee;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-    use std::collections::HashSet;
 
     /// A random item-side release of `n` items: `k` candidates, an item-item or a
     /// projection scorer, DP counts with ties (whole numbers from a small range).
@@ -336,12 +338,15 @@ mod tests {
                         rng.random_range(0..3)
                     };
                     let include_rated = rng.random_bool(0.3);
-                    let none = HashSet::new();
                     let want = p.top_n(&TopNQuery {
                         user: "u",
                         n: n_,
                         offset,
-                        exclude: if include_rated { &none } else { &facts.rated },
+                        exclude: if include_rated {
+                            Exclude::Nothing
+                        } else {
+                            Exclude::Rated(&facts)
+                        },
                         own: &facts.ratings,
                         force_fallback: facts.deleted,
                     });
@@ -392,12 +397,11 @@ mod tests {
             .with_ranker(Some(r.clone()))
             .unwrap();
         let facts = UserFacts::new(false, vec![("i0".into(), 5.0)]);
-        let none = HashSet::new();
         let want = p.top_n(&TopNQuery {
             user: "u",
             n: 10,
             offset: 0,
-            exclude: &none,
+            exclude: Exclude::Nothing,
             own: &facts.ratings,
             force_fallback: false,
         });

@@ -59,11 +59,38 @@ pub struct TopNQuery<'a> {
     pub user: &'a str,
     pub n: usize,
     pub offset: usize,
-    pub exclude: &'a HashSet<String>,
+    pub exclude: Exclude<'a>,
     /// The user's own current ratings `(item, value)`.
-    pub own: &'a [(String, f64)],
+    pub own: &'a [facts::OwnRating],
     /// Answer with popularity whatever the user's data (a deleted user).
     pub force_fallback: bool,
+}
+
+/// The items a list leaves out.
+#[derive(Debug, Clone, Copy)]
+pub enum Exclude<'a> {
+    Nothing,
+    Items(&'a HashSet<String>),
+    /// The items the user of these facts rated.
+    Rated(&'a facts::UserFacts),
+}
+
+impl Exclude<'_> {
+    fn contains(&self, item: &str) -> bool {
+        match self {
+            Self::Nothing => false,
+            Self::Items(s) => s.contains(item),
+            Self::Rated(f) => f.rated(item),
+        }
+    }
+
+    fn items(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            Self::Nothing => Box::new(std::iter::empty()),
+            Self::Items(s) => Box::new(s.iter().map(|i| i.as_str())),
+            Self::Rated(f) => Box::new(f.rated_items()),
+        }
+    }
 }
 
 /// Identity of a served release.
@@ -199,19 +226,17 @@ impl Published {
             .then(|| h.var.iter().map(|v| v + 1.0 / 12.0).sum::<f64>().sqrt())
     }
 
-    /// What a personal list of `q` is made of (the API's `source` when `fallback` is
-    /// false): the served ranker's [`Ranker::personal_source`], `profile` for a factor
-    /// model.
-    pub fn personal_source(&self, q: &TopNQuery<'_>) -> &'static str {
+    /// What a personal list of the user of `facts` is made of (the API's `source` when
+    /// `fallback` is false): the served ranker's [`Ranker::personal_source`], `profile`
+    /// for a factor model. From the user's ready lists when the release has them.
+    pub fn personal_source(&self, facts: &facts::UserFacts) -> &'static str {
         let Some(r) = &self.ranker else {
             return "profile";
         };
-        let own: Vec<(usize, f64)> = q
-            .own
-            .iter()
-            .filter_map(|(i, v)| self.item_index(i).map(|j| (j, *v)))
-            .collect();
-        r.personal_source(&own)
+        if let Some(u) = self.lists.as_ref().and_then(|_| self.user_lists(facts)) {
+            return u.source;
+        }
+        r.personal_source(&self.own_indices(facts))
     }
 
     /// Whether lists come from a ranker over the user's own ratings.
@@ -332,7 +357,7 @@ impl Published {
         let mut scores = vec![0.0; r.n_items()];
         r.score_items(None, &own, &mut scores);
         let mut excluded = vec![false; self.items.len()];
-        for j in q.exclude.iter().filter_map(|i| self.item_index(i)) {
+        for j in q.exclude.items().filter_map(|i| self.item_index(i)) {
             excluded[j] = true;
         }
         let list = top_k(&scores, &excluded, q.offset.saturating_add(q.n));
@@ -539,7 +564,7 @@ mod tests {
     use super::*;
     use crate::data::RatingScale;
 
-    const NO_RATINGS: &[(String, f64)] = &[];
+    const NO_RATINGS: &[facts::OwnRating] = &[];
 
     fn q<'a>(
         user: &'a str,
@@ -552,7 +577,7 @@ mod tests {
             user,
             n,
             offset,
-            exclude,
+            exclude: Exclude::Items(exclude),
             own: NO_RATINGS,
             force_fallback,
         }

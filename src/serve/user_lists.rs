@@ -10,6 +10,8 @@ pub struct UserLists {
     pub(super) rated: Vec<u32>,
     /// `None`: the model does not personalise for this user (the DP counts' order).
     pub(super) personal: Option<Personal>,
+    /// What the user's personal list is made of ([`crate::model::Ranker::personal_source`]).
+    pub(super) source: &'static str,
 }
 
 #[derive(Debug)]

@@ -389,6 +389,7 @@ async fn served_users<'a>(
         let mut personal = 0;
         for user in live {
             let (deleted, own) = state.store.serving_facts(user).await?;
+            let own = crate::serve::facts::UserFacts::new(deleted, own).ratings;
             let source = serving::list_source(Some(&p), true, user, deleted, &own);
             personal += u64::from(matches!(
                 source,

@@ -2,9 +2,8 @@
 //! ([`Published::top_n`]'s `fallback`, the `source` of `GET /v1/users/{user}/recommendations`),
 //! for the receipt ("your list today") and the operator overview ("what users are served").
 
-use std::collections::HashSet;
-
-use crate::serve::{Published, TopNQuery};
+use crate::serve::facts::OwnRating;
+use crate::serve::{Exclude, Published, TopNQuery};
 
 /// What one user's list is made of today.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,13 +38,12 @@ impl ListSource {
 }
 
 /// One top-N of the release for `own` ratings (n = 1: only `fallback` is read).
-fn falls_back(p: &Published, user: &str, own: &[(String, f64)], deleted: bool) -> bool {
-    let none = HashSet::new();
+fn falls_back(p: &Published, user: &str, own: &[OwnRating], deleted: bool) -> bool {
     p.top_n(&TopNQuery {
         user,
         n: 1,
         offset: 0,
-        exclude: &none,
+        exclude: Exclude::Nothing,
         own,
         force_fallback: deleted,
     })
@@ -71,7 +69,7 @@ fn labelled(p: &Published, user: &str, own: &[(String, f64)]) -> bool {
 /// their values); a factor model with at least one published user profile.
 pub fn release_personalises(p: &Published) -> bool {
     if p.has_ranker() {
-        let own: Vec<(String, f64)> = p.items.iter().map(|i| (i.clone(), 5.0)).collect();
+        let own: Vec<OwnRating> = p.items.iter().map(|i| (i.as_str().into(), 5.0)).collect();
         !falls_back(p, "", &own, false)
     } else {
         p.users.iter().any(|u| p.has_profile(u))
@@ -85,7 +83,7 @@ pub fn list_source(
     personalises: bool,
     user: &str,
     deleted: bool,
-    own: &[(String, f64)],
+    own: &[OwnRating],
 ) -> ListSource {
     let Some(p) = p else {
         return ListSource::NoRelease;
