@@ -2,7 +2,7 @@
 //! ([`Published::top_n`]'s `fallback`, the `source` of `GET /v1/users/{user}/recommendations`),
 //! for the receipt ("your list today") and the operator overview ("what users are served").
 
-use crate::serve::facts::OwnRating;
+use crate::serve::facts::{OwnRating, UserFacts};
 use crate::serve::{Exclude, Published, TopNQuery};
 
 /// What one user's list is made of today.
@@ -51,17 +51,12 @@ fn falls_back(p: &Published, user: &str, own: &[OwnRating], deleted: bool) -> bo
 }
 
 /// Whether the label model answers `own` (the API's `source: labels`).
-fn labelled(p: &Published, user: &str, own: &[(String, f64)]) -> bool {
-    let none = HashSet::new();
-    let q = TopNQuery {
-        user,
-        n: 1,
-        offset: 0,
-        exclude: &none,
-        own,
-        force_fallback: false,
-    };
-    p.personal_source(&q) == "labels"
+fn labelled(p: &Published, own: &[OwnRating]) -> bool {
+    let facts = UserFacts::new(
+        false,
+        own.iter().map(|(i, v)| (i.to_string(), *v)).collect(),
+    );
+    p.personal_source(&facts) == "labels"
 }
 
 /// Whether the release gives anybody a personal list: a ranker asked for a user who
@@ -94,7 +89,7 @@ pub fn list_source(
         ListSource::PopularityForAll
     } else if falls_back(p, user, own, false) {
         ListSource::Popularity
-    } else if labelled(p, user, own) {
+    } else if labelled(p, own) {
         ListSource::Labels
     } else {
         ListSource::Personal
