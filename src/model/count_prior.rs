@@ -142,15 +142,16 @@ impl CountPrior {
     }
 }
 
-/// Each count's posterior mean under the prior fitted to all of them (`None` when no count
-/// has a finite sd): what the counts say the true counts are, noise-level ones shrunk.
-pub fn posterior_means(counts: &[f64], sd: &[f64]) -> Option<Vec<f64>> {
+/// The log of each count's posterior mean under the prior fitted to all of them (`None`
+/// when no count has a finite sd): what the counts say the true counts are, noise-level
+/// ones shrunk; logs, so that counts deep in the noise keep their order.
+pub fn log_posterior_means(counts: &[f64], sd: &[f64]) -> Option<Vec<f64>> {
     let prior = CountPrior::fit(counts, sd)?;
     Some(
         counts
             .iter()
             .zip(sd)
-            .map(|(&y, &s)| prior.posterior_mean(y, s))
+            .map(|(&y, &s)| prior.log_posterior_mean(y, s))
             .collect(),
     )
 }

@@ -25,6 +25,7 @@ use dprec::data::{Interactions, RatingScale, Ratings};
 use dprec::model::labels::ItemLabels;
 use dprec::model::ranker::top_k;
 use dprec::train::{self, Params, Ranker, TrainData, Trainer};
+use dprec_lab::eval::ranking::own_ratings;
 use dprec_lab::folds;
 use rand::seq::SliceRandom;
 
@@ -84,16 +85,7 @@ fn found(
     let mut excluded = vec![false; n_items];
     let (mut hits, mut random) = (0, 0.0);
     for (u, hidden) in pairs {
-        let own: Vec<(usize, f64)> = if *u < train.by_user.n_rows() {
-            let (items, values) = train.by_user.row(*u);
-            items
-                .iter()
-                .zip(values)
-                .map(|(&j, &v)| (j as usize, v as f64))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let own = own_ratings(train, *u);
         own.iter().for_each(|&(j, _)| excluded[j] = true);
         ranker.score_items(Some(*u), &own, &mut scores);
         let list = top_k(&scores, &excluded, top);

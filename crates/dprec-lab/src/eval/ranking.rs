@@ -87,6 +87,20 @@ pub fn list_metrics(list: &[usize], relevant: &[usize], k: usize) -> (f64, f64, 
     )
 }
 
+/// User `u`'s training ratings as a ranker reads them (item index, value); none for a
+/// user outside `train`.
+pub fn own_ratings(train: &Interactions, u: usize) -> Vec<(usize, f64)> {
+    if u >= train.by_user.n_rows() {
+        return Vec::new();
+    }
+    let (items, values) = train.by_user.row(u);
+    items
+        .iter()
+        .zip(values)
+        .map(|(&j, &v)| (j as usize, v as f64))
+        .collect()
+}
+
 /// Ranking metrics of `ranker` on `test`, with the user's `train` ratings as its own
 /// data (see the module docs for the protocol).
 pub fn ranking_metrics(
@@ -127,16 +141,7 @@ pub fn ranking_metrics(
     let (mut p, mut r, mut g) = (0.0, 0.0, 0.0);
     let (mut pop_sum, mut entries) = (0.0, 0usize);
     for &u in &users {
-        let own: Vec<(usize, f64)> = if u < train.by_user.n_rows() {
-            let (items, values) = train.by_user.row(u);
-            items
-                .iter()
-                .zip(values)
-                .map(|(&j, &v)| (j as usize, v as f64))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let own = own_ratings(train, u);
         for &(j, _) in &own {
             excluded[j] = true;
         }

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use crate::model::count_prior::posterior_means;
+use crate::model::count_prior::log_posterior_means;
 use crate::model::history::{drift_for, CountHistory, GramState};
 use crate::model::item_ranker::{ItemRanker, ItemScorer, Neighbours, NEIGHBOURS};
 use crate::model::labels::{ItemLabels, LabelLift, LabelledRanker};
@@ -622,13 +622,13 @@ impl DpTopN {
             Some(h) if h.var.len() == counts.len() => h.var.iter().map(|v| v.sqrt()).collect(),
             _ => vec![sigma_count; counts.len()],
         };
-        let means = posterior_means(&counts, &sd)?;
-        let shares = l.base(&means)?.share;
+        let base = log_posterior_means(&counts, &sd)?;
+        let means: Vec<f64> = base.iter().map(|b| b.exp()).collect();
         Some(LabelLift {
             item_labels: l.per_item.clone(),
-            share: shares,
+            share: l.base(&means)?.share,
             alpha: alpha * self.label_prior,
-            base: means.iter().map(|m| m.ln()).collect(),
+            base,
         })
     }
 
