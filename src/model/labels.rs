@@ -157,6 +157,11 @@ pub struct LabelLift {
     /// model stored before it existed: that model serves its item-side lists unchanged.
     #[serde(default)]
     pub base: Vec<f64>,
+    /// The label names by index (sorted): an item registered after the release is
+    /// ranked by its label names ([`ColdItems`]). Empty in a model stored before it
+    /// existed: such a model ranks no item outside its release.
+    #[serde(default)]
+    pub names: Vec<String>,
 }
 
 impl LabelLift {
@@ -198,7 +203,96 @@ impl LabelLift {
     pub fn term(&self, lift: &[f64], j: usize) -> f64 {
         self.item_labels
             .get(j)
-            .map_or(0.0, |l| l.iter().map(|&g| lift[g as usize]).sum())
+            .map_or(0.0, |l| labels_term(lift, l))
+    }
+
+    /// Per label, the expected count of an item of that label, as a log: `ln` of the mean
+    /// of `m_j` over the release's items carrying it, each item weighing its label mass
+    /// (`1 / |labels(j)|`); `NaN` for a label no item carries. An item's chance of being
+    /// wanted grows with its count, so the mean (not the median) is what a list ranked by
+    /// that chance needs; it sits below the label's popular items.
+    pub fn typical_base(&self) -> Vec<f64> {
+        let k = self.share.len();
+        let (mut sum, mut mass) = (vec![0.0; k], vec![0.0; k]);
+        for (l, &b) in self.item_labels.iter().zip(&self.base) {
+            let w = 1.0 / l.len() as f64;
+            for &g in l {
+                sum[g as usize] += w * b.exp();
+                mass[g as usize] += w;
+            }
+        }
+        sum.iter()
+            .zip(&mass)
+            .map(|(s, m)| if *m > 0.0 { (s / m).ln() } else { f64::NAN })
+            .collect()
+    }
+
+    /// The items of a catalogue that the release does not hold, as this label model
+    /// ranks them: each by the mean of its labels' typical `ln m` ([`Self::typical_base`])
+    /// plus the asking user's lift, like any item of the release. An item none of whose
+    /// labels the release knows is left out (nothing honest can be said of it); so is
+    /// every item when the model has no label names (stored before they were kept).
+    /// Public catalogue information and the published model only: post-processing.
+    pub fn cold_items<'a>(
+        &self,
+        release_id: i64,
+        items: impl IntoIterator<Item = (&'a str, &'a [String])>,
+    ) -> ColdItems {
+        let typical = self.typical_base();
+        let mut cold = ColdItems {
+            release_id,
+            ..ColdItems::default()
+        };
+        if self.base.is_empty() || self.names.is_empty() {
+            return cold;
+        }
+        for (id, names) in items {
+            let mut l: Vec<u32> = names
+                .iter()
+                .filter_map(|n| self.names.binary_search(n).ok())
+                .filter(|&g| typical[g].is_finite())
+                .map(|g| g as u32)
+                .collect();
+            l.sort_unstable();
+            l.dedup();
+            if l.is_empty() {
+                continue;
+            }
+            let base = l.iter().map(|&g| typical[g as usize]).sum::<f64>() / l.len() as f64;
+            cold.ids.push(id.to_owned());
+            cold.labels.push(l);
+            cold.base.push(base);
+        }
+        cold
+    }
+}
+
+/// The sum of `lift` over labels `l`.
+fn labels_term(lift: &[f64], l: &[u32]) -> f64 {
+    l.iter().map(|&g| lift[g as usize]).sum()
+}
+
+/// Catalogue items registered after a release, ranked by the release's label model
+/// ([`LabelLift::cold_items`]): ids, label indices into the model's names and the typical
+/// `ln m` of their labels.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ColdItems {
+    /// The release whose label model ranked them.
+    pub release_id: i64,
+    pub ids: Vec<String>,
+    pub labels: Vec<Vec<u32>>,
+    pub base: Vec<f64>,
+}
+
+impl ColdItems {
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Item `k`'s score for a user of label lift `lift` ([`LabelLift::user_lift`]): on the
+    /// scale of the label model's scores of the release's items.
+    pub fn score(&self, lift: &[f64], k: usize) -> f64 {
+        self.base[k] + labels_term(lift, &self.labels[k])
     }
 }
 
@@ -273,6 +367,14 @@ impl Ranker for LabelledRanker {
 
     fn similar(&self, item: usize, n: usize) -> Option<(SimilarBasis, Vec<(usize, f64)>)> {
         self.inner.similar(item, n)
+    }
+
+    fn label_model(&self) -> Option<&LabelLift> {
+        (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
+    }
+
+    fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
+        self.labelled(own)
     }
 }
 
@@ -350,7 +452,43 @@ mod tests {
             share: vec![0.5, 0.5],
             alpha: 2.0,
             base: [10.0f64, 12.0, 11.0, 3.0].iter().map(|c| c.ln()).collect(),
+            names: vec!["comedy".into(), "drama".into()],
         }
+    }
+
+    /// An item outside the release is ranked at its labels' typical count (the mean over
+    /// the label's items, each weighing its label mass) plus the user's lift;
+    /// labels the release does not know are ignored, and an item with none is left out.
+    #[test]
+    fn cold_items_rank_at_their_labels_typical_count() {
+        let m = lift();
+        let t = m.typical_base();
+        // comedy: items 0 (mass 1) and 2 (mass 1/2); drama: items 1 (1) and 2 (1/2).
+        let comedy = ((10.0 + 0.5 * 11.0) / 1.5f64).ln();
+        let drama = ((12.0 + 0.5 * 11.0) / 1.5f64).ln();
+        assert!((t[0] - comedy).abs() < 1e-12 && (t[1] - drama).abs() < 1e-12);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (a, b, c) = (
+            names(&["drama", "western"]),
+            names(&["western"]),
+            names(&["comedy", "drama"]),
+        );
+        let cold = m.cold_items(7, [("a", &a[..]), ("b", &b[..]), ("c", &c[..])]);
+        assert_eq!(cold.release_id, 7);
+        assert_eq!(cold.ids, ["a", "c"]);
+        assert_eq!(cold.labels, vec![vec![1], vec![0, 1]]);
+        assert!((cold.base[0] - drama).abs() < 1e-12);
+        assert!((cold.base[1] - (comedy + drama) / 2.0).abs() < 1e-12);
+        // Below the label's well-supported items, until the user's taste lifts it.
+        assert!(cold.base[0] < 12.0f64.ln());
+        let l = m.user_lift(&[(1, 5.0), (1, 4.0)]).unwrap();
+        assert!((cold.score(&l, 0) - (drama + l[1])).abs() < 1e-12);
+        // A model without label names (stored before them) ranks nothing outside it.
+        let old = LabelLift {
+            names: Vec::new(),
+            ..m
+        };
+        assert!(old.cold_items(7, [("a", &a[..])]).is_empty());
     }
 
     /// The Dirichlet estimate: a user whose two labelled items carry label 0 only has
