@@ -296,9 +296,33 @@ impl ColdItems {
     }
 }
 
+/// The constant of the reciprocal-rank fusion of a personalised item-side list with the
+/// label list: an item scores `1 / (K + rank)` in each (ranks from 0) and the sums order
+/// the list. 60 is the value of the method's authors (Cormack, Clarke and Buettcher,
+/// SIGIR 2009), kept as published: the two lists weigh the same and nothing is fitted.
+pub const FUSION_K: f64 = 60.0;
+
+/// Each entry's rank in `scores` by descending score, ties to the smaller index (the
+/// order of [`crate::model::ranker::top_k`]).
+fn ranks(scores: &[f64]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        scores[b as usize]
+            .total_cmp(&scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    let mut rank = vec![0u32; scores.len()];
+    for (r, &j) in order.iter().enumerate() {
+        rank[j as usize] = r as u32;
+    }
+    rank
+}
+
 /// An item-side model with a label model: a user the item-side model does not
 /// personalise for (its lists are the DP counts' order) gets the counts reweighted by
-/// their own labels ([`LabelLift`]); everything else is the item-side model's.
+/// their own labels ([`LabelLift`]); a user it personalises for (the EASE list on the
+/// averaged Gram) gets that list and the label list fused by reciprocal rank
+/// ([`FUSION_K`]); a user without a labelled item gets the item-side model's list.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabelledRanker {
     pub inner: ItemRanker,
@@ -313,6 +337,20 @@ impl LabelledRanker {
             return None;
         }
         self.lift.user_lift(own)
+    }
+
+    /// The user's lift when the inner model personalises for `own` and one of its items
+    /// has a label: the list is then the two lists fused ([`FUSION_K`]).
+    fn fused(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
+        if self.lift.base.is_empty() || !self.inner.personalises(own) {
+            return None;
+        }
+        self.lift.user_lift(own)
+    }
+
+    /// Item `j`'s score in the label list: `ln m_j` plus the user's label term.
+    fn label_score(&self, lift: &[f64], j: usize) -> f64 {
+        self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY) + self.lift.term(lift, j)
     }
 
     /// Whether the label model answers for `own` (as [`Self::labelled`], without
@@ -352,12 +390,23 @@ impl Ranker for LabelledRanker {
     }
 
     fn score_items(&self, user: Option<usize>, own: &[(usize, f64)], out: &mut [f64]) {
+        if let Some(lift) = self.fused(own) {
+            self.inner.score_items(user, own, out);
+            let labelled: Vec<f64> = (0..out.len()).map(|j| self.label_score(&lift, j)).collect();
+            let (by_inner, by_labels) = (ranks(out), ranks(&labelled));
+            for (j, o) in out.iter_mut().enumerate() {
+                if *o > f64::NEG_INFINITY || labelled[j] > f64::NEG_INFINITY {
+                    *o = 1.0 / (FUSION_K + by_inner[j] as f64)
+                        + 1.0 / (FUSION_K + by_labels[j] as f64);
+                }
+            }
+            return;
+        }
         let Some(lift) = self.labelled(own) else {
             return self.inner.score_items(user, own, out);
         };
         for (j, o) in out.iter_mut().enumerate() {
-            let base = self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY);
-            *o = base + self.lift.term(&lift, j);
+            *o = self.label_score(&lift, j);
         }
     }
 
@@ -454,6 +503,59 @@ mod tests {
             base: [10.0f64, 12.0, 11.0, 3.0].iter().map(|c| c.ln()).collect(),
             names: vec!["comedy".into(), "drama".into()],
         }
+    }
+
+    /// A user the item-side model personalises for gets its list and the label list fused
+    /// by reciprocal rank: each item `1 / (60 + rank)` in both, summed.
+    #[test]
+    fn a_personalised_list_is_fused_with_the_label_list_by_rank() {
+        // Item-item weights over candidates 0..3: rating item 0 favours item 3, then 1.
+        let b = vec![
+            0.0, 0.5, 0.1, 0.9, //
+            0.5, 0.0, 0.2, 0.1, //
+            0.1, 0.2, 0.0, 0.3, //
+            0.9, 0.1, 0.3, 0.0,
+        ];
+        let inner = ItemRanker::new(
+            4,
+            vec![0, 1, 2, 3],
+            vec![10.0, 12.0, 11.0, 3.0],
+            ItemScorer::ItemItem { b },
+            0.0,
+        )
+        .with_fill(vec![10.0, 12.0, 11.0, 3.0]);
+        let r = LabelledRanker {
+            inner: inner.clone(),
+            lift: lift(),
+        };
+        let own = [(0, 5.0)];
+        let (mut fused, mut alone) = (vec![0.0; 4], vec![0.0; 4]);
+        r.score_items(None, &own, &mut fused);
+        inner.score_items(None, &own, &mut alone);
+        // The inner ranks by score: item 3 (0.9), 1 (0.5), 2 (0.1), 0 (0).
+        let inner_rank = [3.0, 1.0, 2.0, 0.0];
+        // Label scores for a user of label 0 only: items 0 and 2 carry it.
+        let l = r.lift.user_lift(&own).unwrap();
+        let label: Vec<f64> = (0..4)
+            .map(|j| r.lift.base[j] + r.lift.term(&l, j))
+            .collect();
+        let label_rank: Vec<f64> = (0..4)
+            .map(|j| {
+                label
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, &x)| x > label[j] || (x == label[j] && k < j))
+                    .count() as f64
+            })
+            .collect();
+        for j in 0..4 {
+            let want = 1.0 / (60.0 + inner_rank[j]) + 1.0 / (60.0 + label_rank[j]);
+            assert!((fused[j] - want).abs() < 1e-15, "{j}: {fused:?} vs {want}");
+        }
+        // Without a labelled item (item 3 has none) the inner list stands.
+        r.score_items(None, &[(3, 4.0)], &mut fused);
+        inner.score_items(None, &[(3, 4.0)], &mut alone);
+        assert_eq!(fused, alone);
     }
 
     /// An item outside the release is ranked at its labels' typical count (the mean over
