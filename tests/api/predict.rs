@@ -121,6 +121,72 @@ async fn predictions_are_served_under_the_recommendation_scopes(url: &str) {
 }
 both_backends!(predictions_are_served_under_the_recommendation_scopes);
 
+/// The item statistics a `dp-alt` release combines across releases, as stored with it
+/// (`dprec::model::history`).
+async fn stored_item_state(app: &TestApp) -> dprec::model::history::CountHistory {
+    let row = app.store.latest_model().await.unwrap().unwrap();
+    let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
+    match stored.ranker.expect("dp-alt stores its item side") {
+        dprec::train::StoredRanker::JointAls { model } => {
+            let h = model.history.expect("the default combines releases");
+            assert_eq!(
+                h.mean, model.popularity,
+                "the served counts are the combination's"
+            );
+            assert!(h.item_side.is_some());
+            h
+        }
+        other => panic!("dp-alt serves its item side, not {other:?}"),
+    }
+}
+
+/// A `dp-alt` release after a `dp-alt` release continues its item statistics (a state of
+/// two releases, every item's noise variance lower), also after a restart; a release of
+/// another basis (another residual clip) starts anew.
+async fn item_side_combines_releases(url: &str) {
+    // Rating budgets that carry several releases (half of what is left offered to each).
+    let settings = |url: &str| {
+        let mut s = alt_settings(url);
+        s.budget.max_rating_eps = 100.0;
+        s.budget.share = "fraction:0.5".parse().unwrap();
+        s
+    };
+    let (app, _) = spawn_with_tastes(settings(url), 120, Some(50.0)).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let first = stored_item_state(&app).await;
+    assert_eq!(first.releases, 1);
+    app.stop().await;
+
+    let again = TestApp::try_spawn(settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    let job = again.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let second = stored_item_state(&again).await;
+    assert_eq!(second.releases, 2);
+    assert!(second.var.iter().zip(&first.var).all(|(a, b)| a < b));
+    let (s1, s2) = (
+        first.item_side.as_deref().unwrap(),
+        second.item_side.as_deref().unwrap(),
+    );
+    assert!(s2.var_rhs.iter().zip(&s1.var_rhs).all(|(a, b)| a < b));
+    again.stop().await;
+
+    let mut other = settings(url);
+    other
+        .trainer
+        .params
+        .insert("clip_y".to_string(), "2".to_string());
+    let third = TestApp::try_spawn(other, None, Hooks::default())
+        .await
+        .unwrap();
+    let job = third.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    assert_eq!(stored_item_state(&third).await.releases, 1);
+    third.stop().await;
+}
+both_backends!(item_side_combines_releases);
+
 /// A new rating moves the user's next prediction and profile without a retrain (the solve
 /// is refreshed), and serving charges nothing: every audited ledger is the same before and
 /// after prediction, profile and list requests.
