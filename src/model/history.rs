@@ -164,7 +164,7 @@ impl GramState {
 /// What `dp-alt` carries from release to release (docs/privacy/dp-alt.md, "Item side
 /// across releases"): per item, its released statistics (the Gram `G_j`, `k x k`, and the
 /// right-hand side `h_j`, `k`) combined over releases by the same local-level filter as
-/// the counts, entry by entry, with the noise variance of the combination. Every field is
+/// the counts, entry by entry, with the variances of the combination. Every field is
 /// a function of published statistics and public noise scales (post-processing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemSideState {
@@ -173,11 +173,19 @@ pub struct ItemSideState {
     pub gram: Vec<f64>,
     /// Per item, `k` entries.
     pub rhs: Vec<f64>,
-    /// Per item, the noise variance of each entry of its combined Gram (`f64::INFINITY`
-    /// for an item no earlier release had, in memory only).
+    /// Per item, the filter's variance of each entry of its combined Gram about the
+    /// current truth (the releases' noise and the drift; `f64::INFINITY` for an item no
+    /// earlier release had, in memory only): it sets the weights.
     pub var_gram: Vec<f64>,
-    /// Per item, the noise variance of each entry of its combined right-hand side.
+    /// The same for the combined right-hand side.
     pub var_rhs: Vec<f64>,
+    /// Per item, the variance of the releases' noise in each combined Gram entry (the
+    /// squared weights times each release's noise variance): what the combination holds
+    /// of noise whether or not the truth drifted, which the read of the item side
+    /// subtracts. Equal to `var_gram` without drift.
+    pub noise_gram: Vec<f64>,
+    /// The same for the combined right-hand side.
+    pub noise_rhs: Vec<f64>,
 }
 
 /// One release's item statistics and the sds of their noise (public).
@@ -205,21 +213,21 @@ impl ItemSideState {
             rhs: st.rhs.to_vec(),
             var_gram: vec![vg; n],
             var_rhs: vec![vh; n],
+            noise_gram: vec![vg; n],
+            noise_rhs: vec![vh; n],
         };
         let Some(p) = prev.filter(|p| p.k == k && p.var_gram.len() == n) else {
             return out;
         };
         for j in 0..n {
             let g = j * k * k..(j + 1) * k * k;
-            out.var_gram[j] = combine(
-                &mut out.gram[g.clone()],
-                &p.gram[g],
-                p.var_gram[j],
-                vg,
-                drift,
-            );
+            let before = (p.var_gram[j], p.noise_gram[j]);
+            (out.var_gram[j], out.noise_gram[j]) =
+                combine(&mut out.gram[g.clone()], &p.gram[g], before, vg, drift);
             let h = j * k..(j + 1) * k;
-            out.var_rhs[j] = combine(&mut out.rhs[h.clone()], &p.rhs[h], p.var_rhs[j], vh, drift);
+            let before = (p.var_rhs[j], p.noise_rhs[j]);
+            (out.var_rhs[j], out.noise_rhs[j]) =
+                combine(&mut out.rhs[h.clone()], &p.rhs[h], before, vh, drift);
         }
         out
     }
@@ -234,6 +242,8 @@ impl ItemSideState {
             rhs: vec![0.0; n_items * k],
             var_gram: vec![f64::INFINITY; n_items],
             var_rhs: vec![f64::INFINITY; n_items],
+            noise_gram: vec![f64::INFINITY; n_items],
+            noise_rhs: vec![f64::INFINITY; n_items],
         };
         for j in 0..n_items {
             if let Some(old) = index(j).filter(|&o| o < self.var_gram.len()) {
@@ -242,6 +252,8 @@ impl ItemSideState {
                 out.rhs[j * k..(j + 1) * k].copy_from_slice(&self.rhs[old * k..(old + 1) * k]);
                 out.var_gram[j] = self.var_gram[old];
                 out.var_rhs[j] = self.var_rhs[old];
+                out.noise_gram[j] = self.noise_gram[old];
+                out.noise_rhs[j] = self.noise_rhs[old];
             }
         }
         out
@@ -249,18 +261,20 @@ impl ItemSideState {
 }
 
 /// One filter step on entries that share a noise variance: `new` (this release's values,
-/// noise variance `v`) becomes the combination with `prev` (variance `prev_var`, drifted
-/// by `drift v`); returns the combination's variance. No earlier value: `new` as it is.
-fn combine(new: &mut [f64], prev: &[f64], prev_var: f64, v: f64, drift: f64) -> f64 {
-    let predicted = prev_var + drift * v;
-    if !predicted.is_finite() {
-        return v;
+/// noise variance `v`) becomes the combination with `prev` (`before`: its filter and
+/// noise variances; the filter's drifted by `drift v`); returns the combination's filter
+/// and noise variances. No earlier value: `new` as it is.
+fn combine(new: &mut [f64], prev: &[f64], before: (f64, f64), v: f64, drift: f64) -> (f64, f64) {
+    let predicted = before.0 + drift * v;
+    if !(predicted.is_finite() && before.1.is_finite()) {
+        return (v, v);
     }
     let gain = predicted / (predicted + v);
     for (y, &m) in new.iter_mut().zip(prev) {
         *y = m + gain * (*y - m);
     }
-    (1.0 - gain) * predicted
+    let keep = 1.0 - gain;
+    (keep * predicted, keep * keep * before.1 + gain * gain * v)
 }
 
 /// The drift ratio of a plan of `releases` releases: `1 / T`.
@@ -526,10 +540,15 @@ mod tests {
         }
         assert!(s2.var_gram.iter().all(|v| (v - 0.8).abs() < 1e-12));
         assert!(s2.var_rhs.iter().all(|v| (v - 0.2).abs() < 1e-12));
+        // Without drift the noise in the combination is the filter's variance.
+        assert!(s2.noise_gram.iter().all(|v| (v - 0.8).abs() < 1e-12));
+        assert!(s2.noise_rhs.iter().all(|v| (v - 0.2).abs() < 1e-12));
         // With drift: predicted variance 1 + 0.25 * 4 = 2, gain 2 / 6.
         let s3 = ItemSideState::update(Some(&s1), stats(&g2, &h2, 2.0, 1.0), 0.25);
         assert!((s3.gram[0] - (1.0 + (6.0 - 1.0) / 3.0)).abs() < 1e-12);
         assert!((s3.var_gram[0] - 4.0 * 2.0 / 6.0).abs() < 1e-12);
+        // Its noise: (2/3)^2 of the first release's variance 1 plus (1/3)^2 of 4.
+        assert!((s3.noise_gram[0] - 8.0 / 9.0).abs() < 1e-12);
         // Another shape (another k, or another catalogue length) is not combined.
         let other = ItemSideState::update(Some(&s1), stats(&g2[..4], &h2[..2], 2.0, 1.0), 0.0);
         assert_eq!(other.gram, g2[..4].to_vec());

@@ -514,21 +514,21 @@ impl Noise<'_> {
     fn sd_g(&self, j: usize) -> f64 {
         match self {
             Noise::Release { sg, .. } => *sg,
-            Noise::Combined(s) => s.var_gram[j].sqrt(),
+            Noise::Combined(s) => s.noise_gram[j].sqrt(),
         }
     }
 
     fn var_g(&self, j: usize) -> f64 {
         match self {
             Noise::Release { sg, .. } => sg * sg,
-            Noise::Combined(s) => s.var_gram[j],
+            Noise::Combined(s) => s.noise_gram[j],
         }
     }
 
     fn var_h(&self, j: usize) -> f64 {
         match self {
             Noise::Release { sh, .. } => sh * sh,
-            Noise::Combined(s) => s.var_rhs[j],
+            Noise::Combined(s) => s.noise_rhs[j],
         }
     }
 
@@ -545,7 +545,7 @@ impl Noise<'_> {
                     let t: f64 = v.iter().filter(|x| x.is_finite()).map(|x| x * x).sum();
                     (2.0 * t).sqrt()
                 };
-                (sum2(&s.var_gram), sum2(&s.var_rhs))
+                (sum2(&s.noise_gram), sum2(&s.noise_rhs))
             }
         }
     }
