@@ -6,7 +6,7 @@ pub mod lists;
 pub mod predict;
 pub mod user_lists;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -37,8 +37,8 @@ pub struct Published {
     pub model: FactorModel,
     pub users: Vec<String>,
     pub items: Vec<String>,
-    user_index: HashMap<String, usize>,
-    item_index: HashMap<String, usize>,
+    user_index: foldhash::HashMap<String, usize>,
+    item_index: foldhash::HashMap<String, usize>,
     /// DP (noisy) popularity count per item index.
     pub popularity: Vec<i64>,
     /// Item indices by descending noisy popularity (ties by id).
