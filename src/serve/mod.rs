@@ -51,6 +51,8 @@ pub struct Published {
     ranker_popularity: bool,
     /// The orders of the ranker's DP counts, ready for [`Published::top_n_for`].
     lists: Option<lists::ModelLists>,
+    /// [`Published::predicts_ratings`].
+    predicts: bool,
 }
 
 /// One top-N request.
@@ -188,6 +190,7 @@ impl Published {
             ranker: None,
             ranker_popularity: false,
             lists: None,
+            predicts: true,
         })
     }
 
@@ -207,6 +210,7 @@ impl Published {
         self.lists = ranker
             .as_deref()
             .and_then(|r| lists::ModelLists::of(r, self.items.len()));
+        self.predicts = Self::ranker_predicts(ranker.as_deref());
         self.ranker = ranker;
         Ok(self)
     }
