@@ -130,16 +130,23 @@ def rmse(scratch):
     for label, v in ml.items():
         name = names.get(label, label.replace("dp-alt:eps=", "dp-alt, eps_u ") + " (52 releases)")
         print(f"| {name} | {sum(v) / len(v):.4f} ({max(v):.4f}) |")
+    after = []
+    for s in (1, 2, 3):
+        after.extend(runs(f"{scratch}/rmse10-ml100k-{s}.json").get("dp-alt", []))
+    if after:
+        name = "dp-alt, eps_u 10, after 10 releases (the item side combined across them)"
+        print(f"| {name} | {sum(after) / len(after):.4f} ({max(after):.4f}) |")
     print()
-    print("| synthetic shape | bias baseline | dp-alt (default plan) |")
-    print("| --- | --- | --- |")
+    print("| synthetic shape | bias baseline | dp-alt (default plan) | dp-alt after 10 releases |")
+    print("| --- | --- | --- | --- |")
     for p in ("ml100k", "ml100k-taste", "heavy-raters", "small-store"):
         r = runs(f"{scratch}/rmse-{p}.json")
         if not r:
             continue
         b, d = r.get("baseline", []), r.get("dp-alt", [])
+        d10 = runs(f"{scratch}/rmse10-{p}.json").get("dp-alt", [])
         f = lambda v: f"{sum(v) / len(v):.4f} ({max(v):.4f})" if v else "-"
-        print(f"| {p} ({SIZES[p]}) | {f(b)} | {f(d)} |")
+        print(f"| {p} ({SIZES[p]}) | {f(b)} | {f(d)} | {f(d10)} |")
 
 
 def eps(scratch, out):

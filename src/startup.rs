@@ -458,11 +458,21 @@ impl Application {
                 std::time::Duration::from_secs(self.reload_secs),
             ))
         });
+        let cold_refresh = (self.reload_secs > 0).then(|| {
+            tokio::spawn(crate::release::cold_items::refresh_every(
+                self.store.clone(),
+                self.registry.clone(),
+                std::time::Duration::from_secs(self.reload_secs),
+            ))
+        });
         let r = self.server.await;
         if let Some(h) = sched {
             h.abort();
         }
-        for h in [key_reload, facts_refresh].into_iter().flatten() {
+        for h in [key_reload, facts_refresh, cold_refresh]
+            .into_iter()
+            .flatten()
+        {
             h.abort();
         }
         watch.abort();

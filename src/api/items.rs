@@ -229,6 +229,10 @@ pub async fn register(
         .inspect_err(|_| {
             state.metrics.store_errors.inc();
         })?;
+    if created + updated > 0 {
+        // New or relabelled items rank in label lists at once (`serve::cold`).
+        crate::release::cold_items::refresh_or_warn(&state.store, &state.registry).await;
+    }
     Ok(HttpResponse::Ok().json(RegisterResult {
         accepted: batch.accepted(),
         created,

@@ -142,7 +142,19 @@ pub async fn recommendations(
     let offset = super::parse_offset("offset", q.offset)? as usize;
     let model = state.registry.current().ok_or_else(no_model)?;
     let facts = user_facts(&state, user).await?;
-    let page = model.list_page(user, &facts, n, offset, q.include_rated.unwrap_or(false));
+    let include_rated = q.include_rated.unwrap_or(false);
+    // Items registered after the release merge into label lists: a computed list then.
+    let page = match state.registry.cold() {
+        Some(cold) => ListPage::Scored(model.top_n_with_cold(
+            Some(&cold),
+            user,
+            &facts,
+            n,
+            offset,
+            include_rated,
+        )),
+        None => model.list_page(user, &facts, n, offset, include_rated),
+    };
     let fallback = page.fallback();
     let items = match page {
         ListPage::Indexed(p) => PageItems::Indexed(&model.items, p),
@@ -237,13 +249,14 @@ pub struct SimilarItems {
     pub guarantee: Guarantee,
     /// True when the DP popularity answered: the served model has no DP profile for this
     /// catalogue item (not among a top-N model's DP candidates, a zero row, a model without
-    /// item factors, or registered after the release). Never depends on whether anyone
-    /// rated the item.
+    /// item factors, or registered after the release without labels a served label model
+    /// knows). Never depends on whether anyone rated the item.
     pub fallback: bool,
     /// `weights` (a neighbourhood model's DP item-item weights), `gram` (a top-N model's
     /// candidates: cosine of the rows of the release's DP Gram over its candidates, at
-    /// most 50 items), `profiles` (cosine of the DP item profiles) or `popularity`
-    /// (fallback; scores are DP counts).
+    /// most 50 items), `profiles` (cosine of the DP item profiles), `labels` (an item
+    /// registered after the release: the release's items by the cosine of their public
+    /// label sets) or `popularity` (fallback; scores are DP counts).
     pub source: String,
     /// Best first. With `weights` the score is the published DP weight `s_ij` (how
     /// strongly a rating of the listed item moves the prediction of this item; anchor
@@ -254,8 +267,9 @@ pub struct SimilarItems {
 
 /// Items similar to a catalogue item: by a neighbourhood model's DP item-item weights
 /// when one is served, by cosine of the rows of a top-N model's DP Gram for its
-/// candidates, else by cosine similarity of the published DP item profiles, else
-/// (no DP profile for the item) by DP popularity. 404 only for items outside the public
+/// candidates, else by cosine similarity of the published DP item profiles; for an item
+/// registered after the release, the release's items sharing its public labels when a
+/// label model is served; else (no DP profile for the item) by DP popularity. 404 only for items outside the public
 /// catalogue, so the answer is no oracle of which items were rated.
 #[utoipa::path(get, path = "/v1/items/{item}/similar", tag = "recommendations", operation_id = "similar_items",
     params(("item" = String, Path), SimilarQuery),
@@ -281,7 +295,10 @@ pub async fn similar(
             item.as_str()
         )));
     }
-    let s = model.similar(item.as_str(), n);
+    let cold = state.registry.cold();
+    let s = cold
+        .and_then(|c| model.similar_to_cold(&c, item.as_str(), n))
+        .unwrap_or_else(|| model.similar(item.as_str(), n));
     let fallback = s.source == crate::serve::SimilarSource::Popularity;
     Ok(HttpResponse::Ok().json(SimilarItems {
         item: item.into_string(),

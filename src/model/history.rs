@@ -46,6 +46,10 @@ pub struct CountHistory {
     /// trainer attaches the state after its release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gram: Option<Box<GramState>>,
+    /// The item statistics carried across releases by `dp-alt` ([`ItemSideState`]);
+    /// `None` for every other trainer. [`CountHistory::update`] keeps none of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_side: Option<Box<ItemSideState>>,
 }
 
 /// A DP total (a sum of `items` published DP counts) and the sd of its noise: the
@@ -157,6 +161,122 @@ impl GramState {
     }
 }
 
+/// What `dp-alt` carries from release to release (docs/privacy/dp-alt.md, "Item side
+/// across releases"): per item, its released statistics (the Gram `G_j`, `k x k`, and the
+/// right-hand side `h_j`, `k`) combined over releases by the same local-level filter as
+/// the counts, entry by entry, with the variances of the combination. Every field is
+/// a function of published statistics and public noise scales (post-processing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemSideState {
+    pub k: usize,
+    /// Per item, row-major `k x k`.
+    pub gram: Vec<f64>,
+    /// Per item, `k` entries.
+    pub rhs: Vec<f64>,
+    /// Per item, the filter's variance of each entry of its combined Gram about the
+    /// current truth (the releases' noise and the drift; `f64::INFINITY` for an item no
+    /// earlier release had, in memory only): it sets the weights.
+    pub var_gram: Vec<f64>,
+    /// The same for the combined right-hand side.
+    pub var_rhs: Vec<f64>,
+    /// Per item, the variance of the releases' noise in each combined Gram entry (the
+    /// squared weights times each release's noise variance): what the combination holds
+    /// of noise whether or not the truth drifted, which the read of the item side
+    /// subtracts. Equal to `var_gram` without drift.
+    pub noise_gram: Vec<f64>,
+    /// The same for the combined right-hand side.
+    pub noise_rhs: Vec<f64>,
+}
+
+/// One release's item statistics and the sds of their noise (public).
+#[derive(Debug, Clone, Copy)]
+pub struct ReleasedStats<'a> {
+    pub gram: &'a [f64],
+    pub rhs: &'a [f64],
+    pub k: usize,
+    pub sd_gram: f64,
+    pub sd_rhs: f64,
+}
+
+impl ItemSideState {
+    /// The state after this release's statistics `st`, given the state after the previous
+    /// release (`prev`, aligned with `st`; ignored when its `k` or length differs): per
+    /// entry, the previous combination predicted with drift `drift` times this release's
+    /// noise variance, then weighed against this release's value by precision. An item
+    /// with no earlier statistics starts from its own.
+    pub fn update(prev: Option<&ItemSideState>, st: ReleasedStats<'_>, drift: f64) -> Self {
+        let (k, n) = (st.k, st.rhs.len() / st.k.max(1));
+        let (vg, vh) = (st.sd_gram * st.sd_gram, st.sd_rhs * st.sd_rhs);
+        let mut out = Self {
+            k,
+            gram: st.gram.to_vec(),
+            rhs: st.rhs.to_vec(),
+            var_gram: vec![vg; n],
+            var_rhs: vec![vh; n],
+            noise_gram: vec![vg; n],
+            noise_rhs: vec![vh; n],
+        };
+        let Some(p) = prev.filter(|p| p.k == k && p.var_gram.len() == n) else {
+            return out;
+        };
+        for j in 0..n {
+            let g = j * k * k..(j + 1) * k * k;
+            let before = (p.var_gram[j], p.noise_gram[j]);
+            (out.var_gram[j], out.noise_gram[j]) =
+                combine(&mut out.gram[g.clone()], &p.gram[g], before, vg, drift);
+            let h = j * k..(j + 1) * k;
+            let before = (p.var_rhs[j], p.noise_rhs[j]);
+            (out.var_rhs[j], out.noise_rhs[j]) =
+                combine(&mut out.rhs[h.clone()], &p.rhs[h], before, vh, drift);
+        }
+        out
+    }
+
+    /// The state re-indexed to another item list (`index(j)`: item `j`'s position here,
+    /// `None` for a new item, which gets no earlier statistics).
+    fn reindexed(&self, n_items: usize, index: &impl Fn(usize) -> Option<usize>) -> Self {
+        let k = self.k;
+        let mut out = Self {
+            k,
+            gram: vec![0.0; n_items * k * k],
+            rhs: vec![0.0; n_items * k],
+            var_gram: vec![f64::INFINITY; n_items],
+            var_rhs: vec![f64::INFINITY; n_items],
+            noise_gram: vec![f64::INFINITY; n_items],
+            noise_rhs: vec![f64::INFINITY; n_items],
+        };
+        for j in 0..n_items {
+            if let Some(old) = index(j).filter(|&o| o < self.var_gram.len()) {
+                out.gram[j * k * k..(j + 1) * k * k]
+                    .copy_from_slice(&self.gram[old * k * k..(old + 1) * k * k]);
+                out.rhs[j * k..(j + 1) * k].copy_from_slice(&self.rhs[old * k..(old + 1) * k]);
+                out.var_gram[j] = self.var_gram[old];
+                out.var_rhs[j] = self.var_rhs[old];
+                out.noise_gram[j] = self.noise_gram[old];
+                out.noise_rhs[j] = self.noise_rhs[old];
+            }
+        }
+        out
+    }
+}
+
+/// One filter step on entries that share a noise variance: `new` (this release's values,
+/// noise variance `v`) becomes the combination with `prev` (`before`: its filter and
+/// noise variances; the filter's drifted by `drift v`); returns the combination's filter
+/// and noise variances. No earlier value: `new` as it is.
+fn combine(new: &mut [f64], prev: &[f64], before: (f64, f64), v: f64, drift: f64) -> (f64, f64) {
+    let predicted = before.0 + drift * v;
+    if !(predicted.is_finite() && before.1.is_finite()) {
+        return (v, v);
+    }
+    let gain = predicted / (predicted + v);
+    for (y, &m) in new.iter_mut().zip(prev) {
+        *y = m + gain * (*y - m);
+    }
+    let keep = 1.0 - gain;
+    (keep * predicted, keep * keep * before.1 + gain * gain * v)
+}
+
 /// The drift ratio of a plan of `releases` releases: `1 / T`.
 pub fn drift_for(releases: u64) -> f64 {
     1.0 / releases.max(1) as f64
@@ -195,6 +315,7 @@ impl CountHistory {
                 releases: 1,
                 own_total: Some(DpTotal::of_counts(counts, sigma)),
                 gram: None,
+                item_side: None,
             });
         };
         let mut mean = Vec::with_capacity(counts.len());
@@ -219,13 +340,14 @@ impl CountHistory {
             releases: p.releases + 1,
             own_total: Some(DpTotal::of_counts(counts, sigma)),
             gram: None,
+            item_side: None,
         })
     }
 
     /// The state re-indexed to another item list: `index(j)` is item `j`'s position in
     /// this state (`None`: a new item, no earlier count). The Gram state follows its held
     /// candidates; when one of them is not in the new list it is dropped (the next release
-    /// starts it anew).
+    /// starts it anew). The item statistics follow their items.
     pub fn reindexed(&self, n_items: usize, index: impl Fn(usize) -> Option<usize>) -> Self {
         let (mut mean, mut var) = (vec![0.0; n_items], vec![f64::INFINITY; n_items]);
         let mut new_of = vec![None; self.mean.len()];
@@ -254,6 +376,10 @@ impl CountHistory {
             releases: self.releases,
             own_total: self.own_total,
             gram,
+            item_side: self
+                .item_side
+                .as_ref()
+                .map(|s| Box::new(s.reindexed(n_items, &index))),
         }
     }
 }
@@ -366,6 +492,98 @@ mod tests {
         assert_eq!(serde_json::from_str::<CountHistory>(&plain).unwrap(), next);
         let full = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<CountHistory>(&full).unwrap(), h);
+    }
+
+    fn stats<'a>(gram: &'a [f64], rhs: &'a [f64], sd_gram: f64, sd_rhs: f64) -> ReleasedStats<'a> {
+        ReleasedStats {
+            gram,
+            rhs,
+            k: 2,
+            sd_gram,
+            sd_rhs,
+        }
+    }
+
+    /// Two releases of planted item statistics (2 items, k = 2), the first with noise sds
+    /// (1, 0.5), the second (2, 1), no drift: every entry of the combination is the
+    /// precision-weighted mean (weights 4/5 and 1/5 for both parts), with variances 4/5
+    /// and 1/5. An equal-weight or a swapped-weight mean fails.
+    #[test]
+    fn item_side_combines_releases_by_precision() {
+        let (g1, h1) = (
+            [1.0, 2.0, 2.0, 5.0, 3.0, 0.5, 0.5, 3.0],
+            [1.0, -1.0, 0.5, 0.5],
+        );
+        let (g2, h2) = (
+            [6.0, -3.0, -3.0, 0.0, 8.0, 5.5, 5.5, -2.0],
+            [6.0, 4.0, -4.5, 3.0],
+        );
+        let s1 = ItemSideState::update(None, stats(&g1, &h1, 1.0, 0.5), 0.3);
+        assert_eq!((s1.gram.as_slice(), s1.rhs.as_slice()), (&g1[..], &h1[..]));
+        assert_eq!(
+            (s1.var_gram.clone(), s1.var_rhs.clone()),
+            (vec![1.0; 2], vec![0.25; 2])
+        );
+        let s2 = ItemSideState::update(Some(&s1), stats(&g2, &h2, 2.0, 1.0), 0.0);
+        for (got, a, b) in [(&s2.gram, &g1[..], &g2[..]), (&s2.rhs, &h1[..], &h2[..])] {
+            for ((x, p), q) in got.iter().zip(a).zip(b) {
+                assert!((x - (0.8 * p + 0.2 * q)).abs() < 1e-12, "{x} {p} {q}");
+                assert!(
+                    (x - (p + q) / 2.0).abs() > 0.1,
+                    "equal weights not rejected"
+                );
+                assert!(
+                    (x - (0.2 * p + 0.8 * q)).abs() > 0.1,
+                    "swapped not rejected"
+                );
+            }
+        }
+        assert!(s2.var_gram.iter().all(|v| (v - 0.8).abs() < 1e-12));
+        assert!(s2.var_rhs.iter().all(|v| (v - 0.2).abs() < 1e-12));
+        // Without drift the noise in the combination is the filter's variance.
+        assert!(s2.noise_gram.iter().all(|v| (v - 0.8).abs() < 1e-12));
+        assert!(s2.noise_rhs.iter().all(|v| (v - 0.2).abs() < 1e-12));
+        // With drift: predicted variance 1 + 0.25 * 4 = 2, gain 2 / 6.
+        let s3 = ItemSideState::update(Some(&s1), stats(&g2, &h2, 2.0, 1.0), 0.25);
+        assert!((s3.gram[0] - (1.0 + (6.0 - 1.0) / 3.0)).abs() < 1e-12);
+        assert!((s3.var_gram[0] - 4.0 * 2.0 / 6.0).abs() < 1e-12);
+        // Its noise: (2/3)^2 of the first release's variance 1 plus (1/3)^2 of 4.
+        assert!((s3.noise_gram[0] - 8.0 / 9.0).abs() < 1e-12);
+        // Another shape (another k, or another catalogue length) is not combined.
+        let other = ItemSideState::update(Some(&s1), stats(&g2[..4], &h2[..2], 2.0, 1.0), 0.0);
+        assert_eq!(other.gram, g2[..4].to_vec());
+    }
+
+    /// The item statistics follow their items when the catalogue changes: a new item has
+    /// none (its next release starts from its own), a gone item is dropped.
+    #[test]
+    fn item_side_follows_reindexing() {
+        let (g, h) = (
+            [1.0, 2.0, 2.0, 5.0, 3.0, 0.5, 0.5, 3.0],
+            [1.0, -1.0, 0.5, 0.5],
+        );
+        let mut c = first("b", &[1.0, 3.0], 1.0).unwrap();
+        c.item_side = Some(Box::new(ItemSideState::update(
+            None,
+            stats(&g, &h, 1.0, 1.0),
+            0.0,
+        )));
+        // New list: old item 1 at 0, a new item at 1; old item 0 gone.
+        let moved = c.reindexed(2, |j| [Some(1), None][j]);
+        let s = moved.item_side.as_deref().unwrap();
+        assert_eq!(&s.gram[..4], &g[4..]);
+        assert_eq!(&s.rhs[..2], &h[2..]);
+        assert_eq!(s.var_gram, vec![1.0, f64::INFINITY]);
+        let (g2, h2) = ([9.0; 8], [7.0; 4]);
+        let next = ItemSideState::update(Some(s), stats(&g2, &h2, 1.0, 1.0), 0.0);
+        assert_eq!(&next.gram[4..], &g2[4..], "a new item starts from its own");
+        assert_eq!(next.var_gram, vec![0.5, 1.0]);
+        assert!((next.gram[0] - 6.0).abs() < 1e-12);
+        // Stored and read back; a state without item statistics reads back with none.
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<CountHistory>(&json).unwrap(), c);
+        let plain = first("b", &[1.0], 1.0).unwrap();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("item_side"));
     }
 
     /// The favouring test is the mean against `margin` sds of the mean.

@@ -620,6 +620,7 @@ mod tests {
             releases: 2,
             own_total: None,
             gram: None,
+            item_side: None,
         };
         let parts = |history| ItemRankerParts {
             n_items: 3,

@@ -34,6 +34,10 @@ pub struct JointAls {
     /// popularity (lists for users without ratings; post-processing of the release).
     #[serde(default)]
     pub popularity: Vec<f64>,
+    /// The item statistics combined across releases, which `popularity` reads from and
+    /// the next release continues (`model::history`); `None` in models stored before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<crate::model::history::CountHistory>,
 }
 
 impl JointAls {
@@ -147,6 +151,10 @@ impl Ranker for JointAls {
     fn storable(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    fn count_history(&self) -> Option<&crate::model::history::CountHistory> {
+        self.history.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +171,7 @@ mod tests {
             max_norm: 10.0,
             scale: RatingScale::ONE_TO_FIVE,
             popularity: vec![3.0, 1.0, 2.0],
+            history: None,
         }
     }
 
@@ -183,6 +192,34 @@ mod tests {
         m.score_items(None, &[], &mut out);
         assert_eq!(out, vec![3.0, 1.0, 2.0]);
         assert!(!m.personalises(&[]));
+    }
+
+    /// A model stored before the item side was combined across releases (no `history`)
+    /// loads, with no state to continue; one with a state reads back with it.
+    #[test]
+    fn a_stored_model_loads_with_or_without_its_state() {
+        use crate::model::StoredRanker;
+        let json = serde_json::to_value(StoredRanker::of(&model()).unwrap()).unwrap();
+        assert!(json["model"].get("history").is_none());
+        let old = serde_json::to_string(&json).unwrap();
+        let back = serde_json::from_str::<StoredRanker>(&old)
+            .unwrap()
+            .into_ranker();
+        assert!(back.count_history().is_none());
+        assert_eq!(
+            back.predict(None, &[(0, 4.0)], 2),
+            model().predict(None, &[(0, 4.0)], 2)
+        );
+        let mut with = model();
+        with.history = Some(
+            crate::model::history::CountHistory::update(None, "b", &[3.0, 1.0, 2.0], 1.0, 0.0)
+                .unwrap(),
+        );
+        let json = serde_json::to_string(&StoredRanker::of(&with).unwrap()).unwrap();
+        let back = serde_json::from_str::<StoredRanker>(&json)
+            .unwrap()
+            .into_ranker();
+        assert_eq!(back.count_history(), with.history.as_ref());
     }
 
     #[test]

@@ -157,6 +157,11 @@ pub struct LabelLift {
     /// model stored before it existed: that model serves its item-side lists unchanged.
     #[serde(default)]
     pub base: Vec<f64>,
+    /// The label names by index (sorted): an item registered after the release is
+    /// ranked by its label names ([`ColdItems`]). Empty in a model stored before it
+    /// existed: such a model ranks no item outside its release.
+    #[serde(default)]
+    pub names: Vec<String>,
 }
 
 impl LabelLift {
@@ -198,13 +203,126 @@ impl LabelLift {
     pub fn term(&self, lift: &[f64], j: usize) -> f64 {
         self.item_labels
             .get(j)
-            .map_or(0.0, |l| l.iter().map(|&g| lift[g as usize]).sum())
+            .map_or(0.0, |l| labels_term(lift, l))
     }
+
+    /// Per label, the expected count of an item of that label, as a log: `ln` of the mean
+    /// of `m_j` over the release's items carrying it, each item weighing its label mass
+    /// (`1 / |labels(j)|`); `NaN` for a label no item carries. An item's chance of being
+    /// wanted grows with its count, so the mean (not the median) is what a list ranked by
+    /// that chance needs; it sits below the label's popular items.
+    pub fn typical_base(&self) -> Vec<f64> {
+        let k = self.share.len();
+        let (mut sum, mut mass) = (vec![0.0; k], vec![0.0; k]);
+        for (l, &b) in self.item_labels.iter().zip(&self.base) {
+            let w = 1.0 / l.len() as f64;
+            for &g in l {
+                sum[g as usize] += w * b.exp();
+                mass[g as usize] += w;
+            }
+        }
+        sum.iter()
+            .zip(&mass)
+            .map(|(s, m)| if *m > 0.0 { (s / m).ln() } else { f64::NAN })
+            .collect()
+    }
+
+    /// The items of a catalogue that the release does not hold, as this label model
+    /// ranks them: each by the mean of its labels' typical `ln m` ([`Self::typical_base`])
+    /// plus the asking user's lift, like any item of the release. An item none of whose
+    /// labels the release knows is left out (nothing honest can be said of it); so is
+    /// every item when the model has no label names (stored before they were kept).
+    /// Public catalogue information and the published model only: post-processing.
+    pub fn cold_items<'a>(
+        &self,
+        release_id: i64,
+        items: impl IntoIterator<Item = (&'a str, &'a [String])>,
+    ) -> ColdItems {
+        let typical = self.typical_base();
+        let mut cold = ColdItems {
+            release_id,
+            ..ColdItems::default()
+        };
+        if self.base.is_empty() || self.names.is_empty() {
+            return cold;
+        }
+        for (id, names) in items {
+            let mut l: Vec<u32> = names
+                .iter()
+                .filter_map(|n| self.names.binary_search(n).ok())
+                .filter(|&g| typical[g].is_finite())
+                .map(|g| g as u32)
+                .collect();
+            l.sort_unstable();
+            l.dedup();
+            if l.is_empty() {
+                continue;
+            }
+            let base = l.iter().map(|&g| typical[g as usize]).sum::<f64>() / l.len() as f64;
+            cold.ids.push(id.to_owned());
+            cold.labels.push(l);
+            cold.base.push(base);
+        }
+        cold
+    }
+}
+
+/// The sum of `lift` over labels `l`.
+fn labels_term(lift: &[f64], l: &[u32]) -> f64 {
+    l.iter().map(|&g| lift[g as usize]).sum()
+}
+
+/// Catalogue items registered after a release, ranked by the release's label model
+/// ([`LabelLift::cold_items`]): ids, label indices into the model's names and the typical
+/// `ln m` of their labels.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ColdItems {
+    /// The release whose label model ranked them.
+    pub release_id: i64,
+    pub ids: Vec<String>,
+    pub labels: Vec<Vec<u32>>,
+    pub base: Vec<f64>,
+}
+
+impl ColdItems {
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Item `k`'s score for a user of label lift `lift` ([`LabelLift::user_lift`]): on the
+    /// scale of the label model's scores of the release's items.
+    pub fn score(&self, lift: &[f64], k: usize) -> f64 {
+        self.base[k] + labels_term(lift, &self.labels[k])
+    }
+}
+
+/// The constant of the reciprocal-rank fusion of a personalised item-side list with the
+/// label list: an item scores `1 / (K + rank)` in each (ranks from 0) and the sums order
+/// the list. 60 is the value of the method's authors (Cormack, Clarke and Buettcher,
+/// SIGIR 2009), kept as published: the two lists weigh the same and nothing is fitted.
+pub const FUSION_K: f64 = 60.0;
+
+/// Each entry's rank in `scores` by descending score, ties to the smaller index (the
+/// order of [`crate::model::ranker::top_k`]).
+fn ranks(scores: &[f64]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        scores[b as usize]
+            .total_cmp(&scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    let mut rank = vec![0u32; scores.len()];
+    for (r, &j) in order.iter().enumerate() {
+        rank[j as usize] = r as u32;
+    }
+    rank
 }
 
 /// An item-side model with a label model: a user the item-side model does not
 /// personalise for (its lists are the DP counts' order) gets the counts reweighted by
-/// their own labels ([`LabelLift`]); everything else is the item-side model's.
+/// their own labels ([`LabelLift`]); a user it personalises for (the EASE list on the
+/// averaged Gram) gets that list and the label list fused by reciprocal rank
+/// ([`FUSION_K`]); a user without a labelled item gets the item-side model's list.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabelledRanker {
     pub inner: ItemRanker,
@@ -219,6 +337,20 @@ impl LabelledRanker {
             return None;
         }
         self.lift.user_lift(own)
+    }
+
+    /// The user's lift when the inner model personalises for `own` and one of its items
+    /// has a label: the list is then the two lists fused ([`FUSION_K`]).
+    fn fused(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
+        if self.lift.base.is_empty() || !self.inner.personalises(own) {
+            return None;
+        }
+        self.lift.user_lift(own)
+    }
+
+    /// Item `j`'s score in the label list: `ln m_j` plus the user's label term.
+    fn label_score(&self, lift: &[f64], j: usize) -> f64 {
+        self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY) + self.lift.term(lift, j)
     }
 
     /// Whether the label model answers for `own` (as [`Self::labelled`], without
@@ -258,12 +390,23 @@ impl Ranker for LabelledRanker {
     }
 
     fn score_items(&self, user: Option<usize>, own: &[(usize, f64)], out: &mut [f64]) {
+        if let Some(lift) = self.fused(own) {
+            self.inner.score_items(user, own, out);
+            let labelled: Vec<f64> = (0..out.len()).map(|j| self.label_score(&lift, j)).collect();
+            let (by_inner, by_labels) = (ranks(out), ranks(&labelled));
+            for (j, o) in out.iter_mut().enumerate() {
+                if *o > f64::NEG_INFINITY || labelled[j] > f64::NEG_INFINITY {
+                    *o = 1.0 / (FUSION_K + by_inner[j] as f64)
+                        + 1.0 / (FUSION_K + by_labels[j] as f64);
+                }
+            }
+            return;
+        }
         let Some(lift) = self.labelled(own) else {
             return self.inner.score_items(user, own, out);
         };
         for (j, o) in out.iter_mut().enumerate() {
-            let base = self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY);
-            *o = base + self.lift.term(&lift, j);
+            *o = self.label_score(&lift, j);
         }
     }
 
@@ -273,6 +416,14 @@ impl Ranker for LabelledRanker {
 
     fn similar(&self, item: usize, n: usize) -> Option<(SimilarBasis, Vec<(usize, f64)>)> {
         self.inner.similar(item, n)
+    }
+
+    fn label_model(&self) -> Option<&LabelLift> {
+        (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
+    }
+
+    fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
+        self.labelled(own)
     }
 }
 
@@ -350,7 +501,96 @@ mod tests {
             share: vec![0.5, 0.5],
             alpha: 2.0,
             base: [10.0f64, 12.0, 11.0, 3.0].iter().map(|c| c.ln()).collect(),
+            names: vec!["comedy".into(), "drama".into()],
         }
+    }
+
+    /// A user the item-side model personalises for gets its list and the label list fused
+    /// by reciprocal rank: each item `1 / (60 + rank)` in both, summed.
+    #[test]
+    fn a_personalised_list_is_fused_with_the_label_list_by_rank() {
+        // Item-item weights over candidates 0..3: rating item 0 favours item 3, then 1.
+        let b = vec![
+            0.0, 0.5, 0.1, 0.9, //
+            0.5, 0.0, 0.2, 0.1, //
+            0.1, 0.2, 0.0, 0.3, //
+            0.9, 0.1, 0.3, 0.0,
+        ];
+        let inner = ItemRanker::new(
+            4,
+            vec![0, 1, 2, 3],
+            vec![10.0, 12.0, 11.0, 3.0],
+            ItemScorer::ItemItem { b },
+            0.0,
+        )
+        .with_fill(vec![10.0, 12.0, 11.0, 3.0]);
+        let r = LabelledRanker {
+            inner: inner.clone(),
+            lift: lift(),
+        };
+        let own = [(0, 5.0)];
+        let (mut fused, mut alone) = (vec![0.0; 4], vec![0.0; 4]);
+        r.score_items(None, &own, &mut fused);
+        inner.score_items(None, &own, &mut alone);
+        // The inner ranks by score: item 3 (0.9), 1 (0.5), 2 (0.1), 0 (0).
+        let inner_rank = [3.0, 1.0, 2.0, 0.0];
+        // Label scores for a user of label 0 only: items 0 and 2 carry it.
+        let l = r.lift.user_lift(&own).unwrap();
+        let label: Vec<f64> = (0..4)
+            .map(|j| r.lift.base[j] + r.lift.term(&l, j))
+            .collect();
+        let label_rank: Vec<f64> = (0..4)
+            .map(|j| {
+                label
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, &x)| x > label[j] || (x == label[j] && k < j))
+                    .count() as f64
+            })
+            .collect();
+        for j in 0..4 {
+            let want = 1.0 / (60.0 + inner_rank[j]) + 1.0 / (60.0 + label_rank[j]);
+            assert!((fused[j] - want).abs() < 1e-15, "{j}: {fused:?} vs {want}");
+        }
+        // Without a labelled item (item 3 has none) the inner list stands.
+        r.score_items(None, &[(3, 4.0)], &mut fused);
+        inner.score_items(None, &[(3, 4.0)], &mut alone);
+        assert_eq!(fused, alone);
+    }
+
+    /// An item outside the release is ranked at its labels' typical count (the mean over
+    /// the label's items, each weighing its label mass) plus the user's lift;
+    /// labels the release does not know are ignored, and an item with none is left out.
+    #[test]
+    fn cold_items_rank_at_their_labels_typical_count() {
+        let m = lift();
+        let t = m.typical_base();
+        // comedy: items 0 (mass 1) and 2 (mass 1/2); drama: items 1 (1) and 2 (1/2).
+        let comedy = ((10.0 + 0.5 * 11.0) / 1.5f64).ln();
+        let drama = ((12.0 + 0.5 * 11.0) / 1.5f64).ln();
+        assert!((t[0] - comedy).abs() < 1e-12 && (t[1] - drama).abs() < 1e-12);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (a, b, c) = (
+            names(&["drama", "western"]),
+            names(&["western"]),
+            names(&["comedy", "drama"]),
+        );
+        let cold = m.cold_items(7, [("a", &a[..]), ("b", &b[..]), ("c", &c[..])]);
+        assert_eq!(cold.release_id, 7);
+        assert_eq!(cold.ids, ["a", "c"]);
+        assert_eq!(cold.labels, vec![vec![1], vec![0, 1]]);
+        assert!((cold.base[0] - drama).abs() < 1e-12);
+        assert!((cold.base[1] - (comedy + drama) / 2.0).abs() < 1e-12);
+        // Below the label's well-supported items, until the user's taste lifts it.
+        assert!(cold.base[0] < 12.0f64.ln());
+        let l = m.user_lift(&[(1, 5.0), (1, 4.0)]).unwrap();
+        assert!((cold.score(&l, 0) - (drama + l[1])).abs() < 1e-12);
+        // A model without label names (stored before them) ranks nothing outside it.
+        let old = LabelLift {
+            names: Vec::new(),
+            ..m
+        };
+        assert!(old.cold_items(7, [("a", &a[..])]).is_empty());
     }
 
     /// The Dirichlet estimate: a user whose two labelled items carry label 0 only has

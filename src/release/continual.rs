@@ -357,6 +357,7 @@ impl Retrainer {
         super::wait_until_visible(committed.visible_at).await;
         log::info!("tick stages: {clock}");
         self.publish(published, id, &rec, &dprec_dp::ledger::Plan::default());
+        self.refresh_cold().await;
         log::info!(
             "release {id}: tick {t} of {} in series {} ({} joined, {} ratings admitted)",
             p.horizon,

@@ -6,6 +6,7 @@
 //! the one error type of a release ([`ReleaseError`]) are here; the scheduler and the
 //! replica watcher are in [`scheduler`].
 
+pub mod cold_items;
 pub mod continual;
 mod scheduler;
 pub mod steps;
@@ -706,6 +707,7 @@ impl Retrainer {
         let id = committed.release_id;
         wait_until_visible(committed.visible_at).await;
         self.publish(published, id, rec, plan);
+        self.refresh_cold().await;
         let note = shortfall.map(|s| format!("forced: published although {s}"));
         if let Some(n) = &note {
             log::warn!("release {id} {n}");
@@ -826,7 +828,14 @@ impl Retrainer {
             .model_published_at
             .set(row.release.created_at as f64 / 1000.0);
         self.registry.publish(Arc::new(p));
+        self.refresh_cold().await;
         Ok(Some(id))
+    }
+
+    /// Reads the catalogue items the served release does not hold (`serve::cold`); a
+    /// failed read keeps the previous set until the periodic one.
+    async fn refresh_cold(&self) {
+        cold_items::refresh_or_warn(&self.store, &self.registry).await;
     }
 }
 

@@ -1,6 +1,7 @@
 //! Serving from memory: the registry of the published model (swapped atomically as an
 //! `Arc`), top-N recommendations with the DP-popularity fallback, and similar items.
 
+pub mod cold;
 pub mod facts;
 pub mod lists;
 pub mod predict;
@@ -519,6 +520,9 @@ pub enum SimilarSource {
     Profiles,
     /// The release's DP popularity (the model has no DP profile for the item).
     Popularity,
+    /// The release's items sharing the public labels of an item registered after it
+    /// ([`cold`]).
+    Labels,
 }
 
 impl SimilarSource {
@@ -528,6 +532,7 @@ impl SimilarSource {
             Self::Gram => "gram",
             Self::Profiles => "profiles",
             Self::Popularity => "popularity",
+            Self::Labels => "labels",
         }
     }
 }
@@ -543,6 +548,8 @@ pub struct Similar {
 #[derive(Default)]
 pub struct Registry {
     current: ArcSwapOption<Published>,
+    /// Items registered after a release, ranked by its label model ([`cold`]).
+    cold: ArcSwapOption<crate::model::labels::ColdItems>,
 }
 
 impl Registry {

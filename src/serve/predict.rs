@@ -107,6 +107,7 @@ mod tests {
             max_norm: 10.0,
             scale: RatingScale::ONE_TO_FIVE,
             popularity: vec![1.0, 1.0],
+            history: None,
         };
         let model = FactorModel::zeros(0, 2, 1, 3.0, RatingScale::ONE_TO_FIVE);
         Published::new(

@@ -108,6 +108,18 @@ impl Store {
             .collect()
     }
 
+    /// The catalogue items registered at or after `since_ms` (a release's start: the items
+    /// a release may not hold), with their information, in ascending id order.
+    pub async fn items_registered_since(&self, since_ms: i64) -> Result<Vec<ItemInfo>, StoreError> {
+        sqlx::query("SELECT id, title, labels FROM items WHERE created_at >= $1 ORDER BY id")
+            .bind(since_ms)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(info_of_row)
+            .collect()
+    }
+
     /// Whether `item` is in the catalogue.
     pub async fn in_catalogue(&self, item: &str) -> Result<bool, StoreError> {
         Ok(sqlx::query("SELECT 1 FROM items WHERE id = $1")

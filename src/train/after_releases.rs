@@ -1,6 +1,7 @@
-//! A trainer as served after several releases: the counts filter state of each release
-//! carries into the next (`model::history`), so an evaluation, a test or a bench
-//! sees the model a store serves after `N` releases, not after its first.
+//! A trainer as served after several releases: the state each release combines its
+//! outputs into (`model::history`: the DP counts, or `dp-alt`'s item statistics) carries
+//! into the next, so an evaluation, a test or a bench sees the model a store serves after
+//! `N` releases, not after its first.
 
 use dprec_dp::rng;
 

@@ -121,6 +121,92 @@ async fn predictions_are_served_under_the_recommendation_scopes(url: &str) {
 }
 both_backends!(predictions_are_served_under_the_recommendation_scopes);
 
+/// The item statistics a `dp-alt` release combines across releases, as stored with it
+/// (`dprec::model::history`), by item id.
+async fn stored_item_state(
+    app: &TestApp,
+) -> (BTreeMap<String, usize>, dprec::model::history::CountHistory) {
+    let row = app.store.latest_model().await.unwrap().unwrap();
+    let items: Vec<String> = serde_json::from_str(&row.items).unwrap();
+    let index = items.into_iter().enumerate().map(|(j, i)| (i, j)).collect();
+    let stored: StoredModel = serde_json::from_str(&row.model).unwrap();
+    match stored.ranker.expect("dp-alt stores its item side") {
+        dprec::train::StoredRanker::JointAls { model } => {
+            let h = model.history.expect("the default combines releases");
+            assert_eq!(
+                h.mean, model.popularity,
+                "the served counts are the combination's"
+            );
+            assert!(h.item_side.is_some());
+            (index, h)
+        }
+        other => panic!("dp-alt serves its item side, not {other:?}"),
+    }
+}
+
+/// A `dp-alt` release after a `dp-alt` release continues its item statistics (a state of
+/// two releases, every earlier item's noise variance lower, by id), also after a restart
+/// and with an item new in the catalogue (which starts from its own statistics); a
+/// release of another basis (another residual clip) starts anew.
+async fn item_side_combines_releases(url: &str) {
+    // Rating budgets that carry several releases (half of what is left offered to each).
+    let settings = |url: &str| {
+        let mut s = alt_settings(url);
+        s.budget.max_rating_eps = 100.0;
+        s.budget.share = "fraction:0.5".parse().unwrap();
+        s
+    };
+    let (app, _) = spawn_with_tastes(settings(url), 120, Some(50.0)).await;
+    assert_eq!(app.retrain().await.status, "succeeded");
+    let (ids1, first) = stored_item_state(&app).await;
+    assert_eq!(first.releases, 1);
+    app.stop().await;
+
+    let again = TestApp::try_spawn(settings(url), None, Hooks::default())
+        .await
+        .unwrap();
+    // An item first rated now: before every other id, so every index moves.
+    again
+        .ingest(&[
+            ("user000", "0-new", 5.0, Some(50.0)),
+            ("user001", "0-new", 4.0, Some(50.0)),
+        ])
+        .await;
+    let job = again.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    let (ids2, second) = stored_item_state(&again).await;
+    assert_eq!(second.releases, 2);
+    let (s1, s2) = (
+        first.item_side.as_deref().unwrap(),
+        second.item_side.as_deref().unwrap(),
+    );
+    for (id, &j) in &ids2 {
+        match ids1.get(id) {
+            Some(&i) => {
+                assert!(second.var[j] < first.var[i], "{id}");
+                assert!(s2.noise_rhs[j] < s1.noise_rhs[i], "{id}");
+            }
+            None => assert_eq!(s2.noise_rhs[j], s1.noise_rhs[0], "{id} starts anew"),
+        }
+    }
+    assert!(ids2.contains_key("0-new") && !ids1.contains_key("0-new"));
+    again.stop().await;
+
+    let mut other = settings(url);
+    other
+        .trainer
+        .params
+        .insert("clip_y".to_string(), "2".to_string());
+    let third = TestApp::try_spawn(other, None, Hooks::default())
+        .await
+        .unwrap();
+    let job = third.retrain().await;
+    assert_eq!(job.status, "succeeded", "{job:?}");
+    assert_eq!(stored_item_state(&third).await.1.releases, 1);
+    third.stop().await;
+}
+both_backends!(item_side_combines_releases);
+
 /// A new rating moves the user's next prediction and profile without a retrain (the solve
 /// is refreshed), and serving charges nothing: every audited ledger is the same before and
 /// after prediction, profile and list requests.

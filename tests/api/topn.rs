@@ -475,6 +475,103 @@ async fn labels_unrelated_to_taste_publish_no_label_model(url: &str) {
 }
 both_backends!(labels_unrelated_to_taste_publish_no_label_model);
 
+/// Items registered after the release (no DP count): `c0` (drama) ranks in the label
+/// lists at its label's typical count plus the user's lift, higher for drama users than
+/// for action users, below the best-supported drama item; `c1`, whose one label
+/// the release does not know, and the plain `c2` are in no list. `c0`'s similar items are
+/// the drama items (`source: labels`); a user who rated `c0` does not get it.
+async fn cold_items_enter_label_lists(app: &TestApp) {
+    let items = json!({"items": [
+        {"id": "c0", "labels": ["drama"]},
+        {"id": "c1", "labels": ["western"]},
+        "c2"
+    ]});
+    let (st, body) = app.post("/v1/admin/items", WRITER, &items).await;
+    assert_eq!(st, 200, "{body}");
+    let (mut drama_at, mut action_at) = (0.0, 0.0);
+    let position = |rec: &serde_json::Value, id: &str| {
+        rec["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|i| i["item"] == id)
+    };
+    for u in 0..40 {
+        let user = format!("user{u:03}");
+        let (st, rec) = app
+            .get(&format!("/v1/users/{user}/recommendations?n=30"), READER)
+            .await;
+        assert_eq!(st, 200, "{rec}");
+        assert_eq!(rec["source"], "labels", "{rec}");
+        assert!(
+            position(&rec, "c1").is_none() && position(&rec, "c2").is_none(),
+            "{rec}"
+        );
+        let listed = rec["items"].as_array().unwrap();
+        let at = position(&rec, "c0").expect("c0 is ranked");
+        // Higher in a drama user's list than in an action user's.
+        let relative = at as f64 / listed.len() as f64;
+        if u % 2 == 0 {
+            action_at += relative / 20.0;
+        } else {
+            drama_at += relative / 20.0;
+            // Below the drama item the counts support most (rated ones included).
+            let (_, all) = app
+                .get(
+                    &format!("/v1/users/{user}/recommendations?n=30&include_rated=true"),
+                    READER,
+                )
+                .await;
+            let best_b = all["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|i| i["item"].as_str().unwrap().starts_with('b'))
+                .map(|i| i["score"].as_f64().unwrap())
+                .fold(f64::NEG_INFINITY, f64::max);
+            assert!(listed[at]["score"].as_f64().unwrap() < best_b, "{all}");
+        }
+        // Paging goes through the merged list.
+        let (_, page) = app
+            .get(
+                &format!("/v1/users/{user}/recommendations?n=5&offset=3"),
+                READER,
+            )
+            .await;
+        let whole: Vec<&serde_json::Value> =
+            listed.iter().skip(3).take(5).map(|i| &i["item"]).collect();
+        let paged: Vec<&serde_json::Value> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["item"])
+            .collect();
+        assert_eq!(paged, whole, "{page}");
+    }
+    assert!(
+        drama_at + 0.2 < action_at,
+        "c0 at {drama_at} (drama) and {action_at} (action)"
+    );
+    let (st, sim) = app.get("/v1/items/c0/similar?n=5", READER).await;
+    assert_eq!(st, 200, "{sim}");
+    assert_eq!(sim["source"], "labels", "{sim}");
+    assert!(
+        sim["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["item"].as_str().unwrap().starts_with('b')),
+        "{sim}"
+    );
+    let (_, sim) = app.get("/v1/items/c1/similar?n=5", READER).await;
+    assert_eq!(sim["source"], "popularity", "{sim}");
+    app.ingest(&[("user001", "c0", 5.0, Some(10.0))]).await;
+    let (_, rec) = app
+        .get("/v1/users/user001/recommendations?n=30", READER)
+        .await;
+    assert!(position(&rec, "c0").is_none(), "{rec}");
+}
+
 async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
     let mut settings = topn_settings(url);
     settings.trainer.params.remove("split");
@@ -583,6 +680,7 @@ async fn labelled_catalogue(url: &str, labels_follow_taste: bool) {
                     .all(|i| i["item"].as_str().unwrap().starts_with('b')),
                 "{rec}"
             );
+            cold_items_enter_label_lists(&app).await;
         } else {
             assert_eq!(labelled, 0);
         }

@@ -461,6 +461,7 @@ fn alt_statistic(t: DpAlt) -> impl FnMut(bool, &mut dprec_dp::rng::DpRng) -> f64
         max_norm: t.max_norm(),
         scale: RatingScale::ONE_TO_FIVE,
         popularity: Vec::new(),
+        history: None,
     };
     let d: Vec<(usize, f64)> = vec![(0, 2.0), (1, 2.0), (2, 2.0)];
     let mut d1 = d.clone();

@@ -31,6 +31,7 @@
 use rand::Rng;
 
 use crate::data::RatingScale;
+use crate::model::history::{drift_for, CountHistory, DpTotal, ItemSideState, ReleasedStats};
 use crate::model::joint_als::{project, JointAls};
 use crate::numerics::linalg::cholesky_solve;
 use crate::train::topn::dp_topn::{
@@ -80,6 +81,9 @@ pub struct DpAlt {
     /// Per-rating budget of the release when the ledger gives none (`eps_r=none`: every
     /// rating takes full part). The service always gives the ledger's.
     pub eps_r: Option<f64>,
+    /// Whether the item side combines this release's statistics with the earlier
+    /// releases' (`model::history`; post-processing, no charge).
+    pub combine_releases: bool,
 }
 
 impl Default for DpAlt {
@@ -103,6 +107,7 @@ impl Default for DpAlt {
             mean: None,
             delta_r: dprec_dp::ledger::RATING_DELTA,
             eps_r: served_eps_r(),
+            combine_releases: true,
         }
     }
 }
@@ -160,6 +165,7 @@ impl DpAlt {
             mean,
             delta_r: p.positive("delta_r", d.delta_r)?,
             eps_r,
+            combine_releases: p.bool("combine_releases", d.combine_releases)?,
         };
         p.reject_unknown("dp-alt")?;
         if t.noise_factor < 1.0 {
@@ -314,16 +320,20 @@ impl DpAlt {
     /// (`E h0^2 = G00^2 tau2 + sigma_h^2`, `E G00^2 = G00_true^2 + sigma_G^2`), with the
     /// noisy `G_j00` floored at its noise sd. The factors (when `d > 0`) are then the
     /// ridge solve of the rest of the system with the bias coordinate fixed.
-    fn solve_eb(&self, st: &ItemStats, side: &mut JointAls) -> Result<(), TrainError> {
-        let (sg, sh) = self.sigmas()?;
+    fn solve_eb(
+        &self,
+        st: &ItemStats,
+        noise: Noise<'_>,
+        side: &mut JointAls,
+    ) -> Result<(), TrainError> {
         let (k, d) = (st.k, self.d);
         let g00 = |j: usize| st.gram[j * k * k];
         let h0 = |j: usize| st.rhs[j * k];
         let n = side.item_bias.len();
-        let tau2 = eb_prior_variance(st, sg, sh);
-        for j in 0..n {
-            let g = g00(j).max(sg);
-            let theta0 = g * h0(j) / (g * g + sh * sh / tau2);
+        let tau2 = eb_prior_variance(st, noise);
+        for j in (0..n).filter(|&j| noise.known(j)) {
+            let g = g00(j).max(noise.sd_g(j));
+            let theta0 = g * h0(j) / (g * g + noise.var_h(j) / tau2);
             side.item_bias[j] = self.beta * theta0;
             if d == 0 {
                 continue;
@@ -335,27 +345,209 @@ impl DpAlt {
             let mut b: Vec<f64> = (1..k)
                 .map(|s| st.rhs[j * k + s] - gj[s * k] * theta0)
                 .collect();
-            let theta = ridge_solve(&mut a, &mut b, d, self.lambda_item * sg)?;
+            let theta = ridge_solve(&mut a, &mut b, d, self.lambda_item * noise.sd_g(j))?;
             side.item_factors[j * d..(j + 1) * d].copy_from_slice(&theta);
         }
         Ok(())
     }
 
-    /// Post-processing: the item side from released statistics.
+    /// Post-processing: the item side from one release's statistics.
     pub fn solve_items(&self, st: &ItemStats, side: &mut JointAls) -> Result<(), TrainError> {
+        let (sg, sh) = self.sigmas()?;
+        self.solve_with(st, Noise::Release { sg, sh }, side)
+    }
+
+    /// Post-processing: the item side from statistics of the given noise.
+    fn solve_with(
+        &self,
+        st: &ItemStats,
+        noise: Noise<'_>,
+        side: &mut JointAls,
+    ) -> Result<(), TrainError> {
         if self.eb {
-            return self.solve_eb(st, side);
+            return self.solve_eb(st, noise, side);
         }
-        let (sg, _) = self.sigmas()?;
         let k = st.k;
-        for j in 0..side.item_bias.len() {
+        for j in (0..side.item_bias.len()).filter(|&j| noise.known(j)) {
             let mut a = st.gram[j * k * k..(j + 1) * k * k].to_vec();
             let mut b = st.rhs[j * k..(j + 1) * k].to_vec();
-            let theta = ridge_solve(&mut a, &mut b, k, self.lambda_item * sg)?;
+            let theta = ridge_solve(&mut a, &mut b, k, self.lambda_item * noise.sd_g(j))?;
             side.item_bias[j] = self.beta * theta[0];
             side.item_factors[j * self.d..(j + 1) * self.d].copy_from_slice(&theta[1..]);
         }
         Ok(())
+    }
+
+    /// What the statistics of a release mean (a state is only combined with statistics
+    /// of the same basis): the features, weights, clipping and user-side solve.
+    pub fn basis(&self, mean: f64) -> String {
+        format!(
+            "dp-alt:k={}:beta={}:cap={}:clip_y={}:mean={}:lambda_user={}",
+            self.d + 1,
+            self.beta,
+            self.cap,
+            self.clip_y,
+            mean,
+            self.lambda_user
+        )
+    }
+
+    /// The earlier releases' state this release continues: the last release's (re-indexed
+    /// to this catalogue) when it has item statistics of this basis and shape.
+    fn prior_state<'a>(&self, data: &TrainData<'a>, side: &JointAls) -> Option<&'a CountHistory> {
+        let (basis, n) = (self.basis(side.mean), side.item_bias.len());
+        data.prior_counts.filter(|h| {
+            self.combine_releases
+                && h.basis == basis
+                && h.item_side
+                    .as_ref()
+                    .is_some_and(|s| s.k == self.d + 1 && s.var_gram.len() == n)
+        })
+    }
+
+    /// With factors, the item steps start from the item side solved from the earlier
+    /// releases' combined statistics (published; the triangle bound holds for any
+    /// starting side), so this release's statistics share their basis; items new to the
+    /// state keep their random start. Biases only: the steps start from zero biases, as
+    /// the direct rating bound assumes.
+    fn start_from(&self, prior: &CountHistory, side: &mut JointAls) -> Result<(), TrainError> {
+        let Some(state) = prior.item_side.as_deref().filter(|_| self.d > 0) else {
+            return Ok(());
+        };
+        let st = ItemStats {
+            gram: state.gram.clone(),
+            rhs: state.rhs.clone(),
+            k: state.k,
+        };
+        self.solve_with(&st, Noise::Combined(state), side)
+    }
+
+    /// The release's item steps: each releases noisy statistics, combines them with the
+    /// earlier releases' (`prior`; post-processing) and solves the item side from the
+    /// combination. Returns the state after the last step (`None` when releases are not
+    /// combined). Without `prior` the item side is solved from the release alone, as the
+    /// first release of a state.
+    fn item_steps(
+        &self,
+        rows: &[Vec<(usize, f64)>],
+        prior: Option<&CountHistory>,
+        side: &mut JointAls,
+        rng: &mut DpRng,
+    ) -> Result<Option<CountHistory>, TrainError> {
+        let (sg, sh) = self.sigmas()?;
+        let b2 = self.beta * self.beta;
+        let n_items = side.item_bias.len();
+        let mut out = None;
+        for _ in 0..self.rounds {
+            let mut st = self.item_statistics(side, rows);
+            self.add_noise(&mut st, rng)?;
+            let k2 = st.k * st.k;
+            // The DP weighted count of each item (post-processing of the Gram).
+            let own: Vec<f64> = (0..n_items).map(|j| st.gram[j * k2] / b2).collect();
+            let Some(p) = prior else {
+                self.solve_items(&st, side)?;
+                side.popularity = own.clone();
+                out = self.combine_releases.then(|| CountHistory {
+                    basis: self.basis(side.mean),
+                    mean: own.clone(),
+                    var: vec![sg * sg / (b2 * b2); n_items],
+                    releases: 1,
+                    own_total: Some(DpTotal::of_counts(&own, sg / b2)),
+                    gram: None,
+                    item_side: Some(Box::new(ItemSideState::update(
+                        None,
+                        released(&st, sg, sh),
+                        0.0,
+                    ))),
+                });
+                continue;
+            };
+            let drift = drift_for(self.plan.releases);
+            let mut c = ItemSideState::update(p.item_side.as_deref(), released(&st, sg, sh), drift);
+            let pooled = ItemStats {
+                gram: std::mem::take(&mut c.gram),
+                rhs: std::mem::take(&mut c.rhs),
+                k: st.k,
+            };
+            self.solve_with(&pooled, Noise::Combined(&c), side)?;
+            (c.gram, c.rhs) = (pooled.gram, pooled.rhs);
+            side.popularity = (0..n_items).map(|j| c.gram[j * k2] / b2).collect();
+            out = Some(CountHistory {
+                basis: self.basis(side.mean),
+                mean: side.popularity.clone(),
+                var: c.var_gram.iter().map(|v| v / (b2 * b2)).collect(),
+                releases: p.releases + 1,
+                own_total: Some(DpTotal::of_counts(&own, sg / b2)),
+                gram: None,
+                item_side: Some(Box::new(c)),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// One release's statistics with their public noise sds.
+fn released(st: &ItemStats, sg: f64, sh: f64) -> ReleasedStats<'_> {
+    ReleasedStats {
+        gram: &st.gram,
+        rhs: &st.rhs,
+        k: st.k,
+        sd_gram: sg,
+        sd_rhs: sh,
+    }
+}
+
+/// The noise of the statistics an item side is solved from: one release's (the same sds
+/// for every item) or a combination's across releases (per item, public).
+#[derive(Clone, Copy)]
+enum Noise<'a> {
+    Release { sg: f64, sh: f64 },
+    Combined(&'a ItemSideState),
+}
+
+impl Noise<'_> {
+    /// Whether item `j` has statistics (an item new to a state has none).
+    fn known(&self, j: usize) -> bool {
+        self.var_g(j).is_finite()
+    }
+
+    fn sd_g(&self, j: usize) -> f64 {
+        match self {
+            Noise::Release { sg, .. } => *sg,
+            Noise::Combined(s) => s.noise_gram[j].sqrt(),
+        }
+    }
+
+    fn var_g(&self, j: usize) -> f64 {
+        match self {
+            Noise::Release { sg, .. } => sg * sg,
+            Noise::Combined(s) => s.noise_gram[j],
+        }
+    }
+
+    fn var_h(&self, j: usize) -> f64 {
+        match self {
+            Noise::Release { sh, .. } => sh * sh,
+            Noise::Combined(s) => s.noise_rhs[j],
+        }
+    }
+
+    /// The sds of `sum_j (G_j00^2 - var_g)` and `sum_j (h_j0^2 - var_h)` over the `n`
+    /// known items when there is no signal (`sqrt(2 sum v^2)`).
+    fn spread(&self, n: usize) -> (f64, f64) {
+        match self {
+            Noise::Release { sg, sh } => {
+                let r = (2.0 * n as f64).sqrt();
+                (sg * sg * r, sh * sh * r)
+            }
+            Noise::Combined(s) => {
+                let sum2 = |v: &[f64]| {
+                    let t: f64 = v.iter().filter(|x| x.is_finite()).map(|x| x * x).sum();
+                    (2.0 * t).sqrt()
+                };
+                (sum2(&s.noise_gram), sum2(&s.noise_rhs))
+            }
+        }
     }
 }
 
@@ -363,19 +555,22 @@ impl DpAlt {
 /// `E h0^2 = G00^2 tau2 + sigma_h^2` and `E G00^2 = G00_true^2 + sigma_G^2` summed over
 /// items, each sum moved one noise standard error toward a smaller spread
 /// (post-processing: released statistics and public noise scales only).
-fn eb_prior_variance(st: &ItemStats, sg: f64, sh: f64) -> f64 {
+fn eb_prior_variance(st: &ItemStats, noise: Noise<'_>) -> f64 {
     let k2 = st.k * st.k;
-    let (num, den) = (0..st.rhs.len() / st.k).fold((0.0, 0.0), |(a, b), j| {
+    let known: Vec<usize> = (0..st.rhs.len() / st.k)
+        .filter(|&j| noise.known(j))
+        .collect();
+    let (num, den) = known.iter().fold((0.0, 0.0), |(a, b), &j| {
         let (g, h) = (st.gram[j * k2], st.rhs[j * st.k]);
-        (a + h * h - sh * sh, b + g * g - sg * sg)
+        (a + h * h - noise.var_h(j), b + g * g - noise.var_g(j))
     });
     // One standard error to the cautious side: with pure noise each sum has sd
     // `sigma^2 sqrt(2 J)` over `J` items, and on a wide, thinly rated catalogue the plain
     // ratio sometimes read a large spread off noise and left noisy biases unshrunk
     // (heavy-raters: a fold at 0.979 against 0.945 for the user biases alone).
-    let j = (st.rhs.len() / st.k) as f64;
-    let num = num - 2.0 * sh * sh * (2.0 * j).sqrt();
-    let den = den + 2.0 * sg * sg * (2.0 * j).sqrt();
+    let (spread_g, spread_h) = noise.spread(known.len());
+    let num = num - 2.0 * spread_h;
+    let den = den + 2.0 * spread_g;
     if den > 0.0 {
         (num / den).max(1e-6)
     } else {
@@ -521,6 +716,7 @@ impl Trainer for DpAlt {
             "lambda_user": self.lambda_user,
             "mean": self.mean.map_or(serde_json::json!("midpoint"), |m| serde_json::json!(m)),
             "delta_r": self.delta_r, "eps_r": self.eps_r,
+            "combine_releases": self.combine_releases,
         })
     }
 
@@ -594,17 +790,13 @@ impl Trainer for DpAlt {
             max_norm: self.max_norm(),
             scale: data.scale,
             popularity: Vec::new(),
+            history: None,
         };
-        for _ in 0..self.rounds {
-            let mut st = self.item_statistics(&side, &s.rows);
-            self.add_noise(&mut st, &mut noise)?;
-            self.solve_items(&st, &mut side)?;
-            // The DP weighted count of each item (post-processing of the Gram).
-            let k2 = st.k * st.k;
-            side.popularity = (0..n_items)
-                .map(|j| st.gram[j * k2] / (self.beta * self.beta))
-                .collect();
+        let prior = self.prior_state(data, &side);
+        if let Some(p) = prior {
+            self.start_from(p, &mut side)?;
         }
+        side.history = self.item_steps(&s.rows, prior, &mut side, &mut noise)?;
         let charges = self.charges(&s, z, z_r)?;
         let mut model = FactorModel::zeros(0, n_items, self.d, side.mean, data.scale);
         for j in 0..n_items {
@@ -637,6 +829,7 @@ mod tests {
             max_norm: DpAlt::default().max_norm(),
             scale: RatingScale::ONE_TO_FIVE,
             popularity: Vec::new(),
+            history: None,
         }
     }
 
@@ -746,7 +939,7 @@ mod tests {
         let (sg, sh) = t.sigmas().unwrap();
         for tau in [0.3, 0.6] {
             let (st, _) = planted(&t, 20_000, tau, 11);
-            let got = eb_prior_variance(&st, sg, sh);
+            let got = eb_prior_variance(&st, Noise::Release { sg, sh });
             assert!(
                 (got / (tau * tau) - 1.0).abs() < 0.1,
                 "{got} vs {}",
@@ -771,7 +964,7 @@ mod tests {
             };
             t.add_noise(&mut st, &mut dprec_dp::rng::seeded(200 + seed))
                 .unwrap();
-            most = most.max(eb_prior_variance(&st, sg, sh));
+            most = most.max(eb_prior_variance(&st, Noise::Release { sg, sh }));
         }
         assert!(most <= 0.15 * 0.15, "spread {most} read off noise");
     }
@@ -912,6 +1105,115 @@ mod tests {
             r2.rating_multiplier().unwrap()
         );
         assert!(t.rating_multiplier_on(scale).unwrap() > 2.0 * t.rating_multiplier().unwrap());
+    }
+
+    fn grid(users: u32, items: u32) -> Ratings {
+        let mut r = Ratings::with_dims(users as usize, items as usize);
+        for u in 0..users {
+            for i in 0..items {
+                if (u + 2 * i) % 3 != 0 {
+                    r.push(u, i, (1 + (u * 7 + i * 3) % 5) as f32);
+                }
+            }
+        }
+        r
+    }
+
+    fn joint(f: &Fitted) -> &JointAls {
+        let any = f.ranker.as_ref().unwrap().storable().unwrap();
+        any.downcast_ref::<JointAls>().unwrap()
+    }
+
+    /// A first release (no earlier state) serves what a release that combines nothing
+    /// serves, to the bit, and starts a state of one release from its own statistics.
+    #[test]
+    fn a_first_release_is_the_release_alone() {
+        let r = grid(40, 25);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        for d in [0, 2] {
+            let on = DpAlt::from_params(&Params::parse(&[&format!("d={d}")]).unwrap()).unwrap();
+            let off = DpAlt {
+                combine_releases: false,
+                ..on.clone()
+            };
+            let a = on.fit(&data, &mut dprec_dp::rng::seeded(4)).unwrap();
+            let b = off.fit(&data, &mut dprec_dp::rng::seeded(4)).unwrap();
+            assert_eq!(a.model.item_bias, b.model.item_bias);
+            assert_eq!(a.model.item_factors, b.model.item_factors);
+            assert_eq!(joint(&a).popularity, joint(&b).popularity);
+            assert!(joint(&b).history.is_none());
+            let h = joint(&a).history.as_ref().unwrap();
+            assert_eq!((h.releases, &h.mean), (1, &joint(&a).popularity));
+            let (sg, _) = on.sigmas().unwrap();
+            let st = h.item_side.as_deref().unwrap();
+            assert!(st.var_gram.iter().all(|&v| v == sg * sg));
+        }
+    }
+
+    /// A second release combines its statistics with the first's state: the state it
+    /// publishes is the filter step from that state at the plan's drift, and its item side
+    /// is solved from the combination; a state of another basis is ignored (the fit is
+    /// the first release's, to the bit).
+    #[test]
+    fn a_second_release_continues_the_first() {
+        let r = grid(60, 30);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = DpAlt::default();
+        let first = t.fit(&data, &mut dprec_dp::rng::seeded(1)).unwrap();
+        let prior = joint(&first).history.clone().unwrap();
+        let with = TrainData {
+            prior_counts: Some(&prior),
+            ..data
+        };
+        let second = t.fit(&with, &mut dprec_dp::rng::seeded(2)).unwrap();
+        let alone = t.fit(&data, &mut dprec_dp::rng::seeded(2)).unwrap();
+        let h = joint(&second).history.as_ref().unwrap();
+        assert_eq!(h.releases, 2);
+        assert!(h.var.iter().zip(&prior.var).all(|(a, b)| a < b));
+        // This release's own statistics are the first state of the fit without a prior.
+        let own = joint(&alone).history.as_ref().unwrap();
+        let (sg, sh) = t.sigmas().unwrap();
+        let own_stats = own.item_side.as_deref().unwrap();
+        let want = ItemSideState::update(
+            prior.item_side.as_deref(),
+            ReleasedStats {
+                gram: &own_stats.gram,
+                rhs: &own_stats.rhs,
+                k: own_stats.k,
+                sd_gram: sg,
+                sd_rhs: sh,
+            },
+            drift_for(t.plan.releases),
+        );
+        assert_eq!(h.item_side.as_deref(), Some(&want));
+        let mut side = joint(&alone).clone();
+        let st = ItemStats {
+            gram: want.gram.clone(),
+            rhs: want.rhs.clone(),
+            k: want.k,
+        };
+        t.solve_with(&st, Noise::Combined(&want), &mut side)
+            .unwrap();
+        assert_eq!(joint(&second).item_bias, side.item_bias);
+        assert_ne!(second.model.item_bias, alone.model.item_bias);
+        // Another basis (another clipping): not combined.
+        let other = CountHistory {
+            basis: DpAlt {
+                clip_y: 2.0,
+                ..t.clone()
+            }
+            .basis(3.0),
+            ..prior.clone()
+        };
+        let data_other = TrainData {
+            prior_counts: Some(&other),
+            ..data
+        };
+        let ignored = t.fit(&data_other, &mut dprec_dp::rng::seeded(2)).unwrap();
+        assert_eq!(ignored.model.item_bias, alone.model.item_bias);
+        assert_eq!(joint(&ignored).history.as_ref().unwrap().releases, 1);
     }
 
     #[test]

@@ -629,6 +629,7 @@ impl DpTopN {
             share: l.base(&means)?.share,
             alpha: alpha * self.label_prior,
             base,
+            names: l.names.clone(),
         })
     }
 

@@ -456,6 +456,7 @@ fn select_difference_noise_has_the_planned_scale() {
             select_var: z_s * z_s,
             last_was_gram: true,
         })),
+        item_side: None,
     };
     let data = TrainData {
         prior_counts: Some(&prior),
@@ -884,6 +885,7 @@ fn served_counts_combine_the_prior_state_by_the_filter() {
         releases: 4,
         own_total: None,
         gram: None,
+        item_side: None,
     };
     let with = TrainData {
         prior_counts: Some(&prior),
