@@ -167,6 +167,40 @@ impl Metrics {
     }
 }
 
+/// One worker's request series by (route, method, status), taken from the metric
+/// families once: `with_label_values` hashes the labels and takes a lock on every call.
+/// Per worker (not shared), so a lookup takes no lock.
+#[derive(Default)]
+pub struct RouteSeries(std::cell::RefCell<RouteMap>);
+
+type RouteMap = std::collections::HashMap<String, Vec<(String, u16, IntCounter, Histogram)>>;
+
+impl RouteSeries {
+    /// Counts one request of `route` answered with `status` after `secs`.
+    pub fn observe(&self, m: &Metrics, method: &str, route: &str, status: u16, secs: f64) {
+        let mut map = self.0.borrow_mut();
+        if !map.contains_key(route) {
+            map.insert(route.to_string(), Vec::new());
+        }
+        let list = map.get_mut(route).expect("inserted above");
+        let k = match list.iter().position(|e| e.0 == method && e.1 == status) {
+            Some(k) => k,
+            None => {
+                let code = status.to_string();
+                list.push((
+                    method.to_string(),
+                    status,
+                    m.http_requests.with_label_values(&[method, route, &code]),
+                    m.http_duration.with_label_values(&[method, route]),
+                ));
+                list.len() - 1
+            }
+        };
+        list[k].2.inc();
+        list[k].3.observe(secs);
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -212,5 +246,31 @@ mod tests {
         assert!(public.contains("dprec_model_release_id"));
         assert!(public.contains("dprec_model_published_timestamp_seconds"));
         assert!(full.contains("dprec_users_excluded 3"));
+    }
+
+    /// The cached series count into the same families as `with_label_values`.
+    #[test]
+    fn route_series_count_per_route_method_and_status() {
+        let m = Metrics::new();
+        let s = RouteSeries::default();
+        for (method, route, status) in [
+            ("GET", "/a", 200),
+            ("GET", "/a", 200),
+            ("GET", "/a", 404),
+            ("HEAD", "/a", 200),
+            ("GET", "/b", 200),
+        ] {
+            s.observe(&m, method, route, status, 0.001);
+        }
+        let count = |l: &[&str]| m.http_requests.with_label_values(l).get();
+        assert_eq!(count(&["GET", "/a", "200"]), 2);
+        assert_eq!(count(&["GET", "/a", "404"]), 1);
+        assert_eq!(count(&["HEAD", "/a", "200"]), 1);
+        assert_eq!(count(&["GET", "/b", "200"]), 1);
+        let seen = m
+            .http_duration
+            .with_label_values(&["GET", "/a"])
+            .get_sample_count();
+        assert_eq!(seen, 3);
     }
 }

@@ -242,6 +242,7 @@ fn http_server(
     let m = metrics;
     let server = HttpServer::new(move || {
         let m = m.clone();
+        let series = std::rc::Rc::new(crate::metrics::RouteSeries::default());
         let foreground = state.store.foreground().clone();
         App::new()
             .app_data(state.clone())
@@ -255,8 +256,9 @@ fn http_server(
             )
             .wrap_fn(move |req, srv| {
                 let start = Instant::now();
-                let method = req.method().to_string();
+                let method = req.method().clone();
                 let m = m.clone();
+                let series = series.clone();
                 // While it runs, a release commit steps aside between its transactions.
                 let busy = foreground.request();
                 let fut = srv.call(req);
@@ -268,13 +270,8 @@ fn http_server(
                         .request()
                         .match_pattern()
                         .unwrap_or_else(|| "unmatched".into());
-                    let status = res.status().as_u16().to_string();
-                    m.http_requests
-                        .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
-                        .inc();
-                    m.http_duration
-                        .with_label_values(&[method.as_str(), route.as_str()])
-                        .observe(start.elapsed().as_secs_f64());
+                    let secs = start.elapsed().as_secs_f64();
+                    series.observe(&m, method.as_str(), &route, res.status().as_u16(), secs);
                     Ok(res)
                 }
             })

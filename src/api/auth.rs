@@ -23,10 +23,12 @@
 //! [`Grant::for_user`] before it looks anything up, so the 403 does not depend on whether
 //! the other user exists.
 
-use std::collections::HashMap;
 use std::future::{ready, Ready};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
+use actix_web::http::header::{self, HeaderName};
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use sha2::{Digest, Sha256};
 
@@ -87,20 +89,37 @@ impl Grant {
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub mode: AuthMode,
-    configured: HashMap<String, Grant>,
-    stored: Arc<RwLock<HashMap<String, Grant>>>,
+    configured: KeyMap,
+    /// Read on every request without a lock; replaced whole.
+    stored: Arc<ArcSwap<KeyMap>>,
 }
 
+/// SHA-256 hex of a key -> its grant.
+type KeyMap = foldhash::HashMap<String, Grant>;
+
 pub fn hash_key(key: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let d = Sha256::digest(key.as_bytes());
-    // Checked on every request: one allocation, not one per byte.
-    let mut hex = String::with_capacity(2 * d.len());
-    for b in d {
-        hex.push(HEX[usize::from(b >> 4)] as char);
-        hex.push(HEX[usize::from(b & 15)] as char);
+    HexDigest::of(key).as_str().to_string()
+}
+
+/// The SHA-256 of a key in hex, on the stack: a request's key is checked without an
+/// allocation.
+struct HexDigest([u8; 64]);
+
+impl HexDigest {
+    fn of(key: &str) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let d = Sha256::digest(key.as_bytes());
+        let mut hex = [0u8; 64];
+        for (k, b) in d.iter().enumerate() {
+            hex[2 * k] = HEX[usize::from(b >> 4)];
+            hex[2 * k + 1] = HEX[usize::from(b & 15)];
+        }
+        Self(hex)
     }
-    hex
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
 }
 
 /// A fresh random key (256 bits, hex).
@@ -168,14 +187,14 @@ impl Keys {
         Self {
             mode,
             configured: configured.into_iter().collect(),
-            stored: Arc::new(RwLock::new(stored.into_iter().collect())),
+            stored: Arc::new(ArcSwap::from_pointee(stored.into_iter().collect())),
         }
     }
 
     /// Replaces the stored keys (e.g. after `dprec keys revoke`).
     pub fn set_stored(&self, stored: impl IntoIterator<Item = (String, Grant)>) {
-        let fresh: HashMap<String, Grant> = stored.into_iter().collect();
-        *self.stored.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        let fresh: KeyMap = stored.into_iter().collect();
+        self.stored.store(Arc::new(fresh));
     }
 
     /// Re-reads the stored keys now (after a key is created or revoked through the API).
@@ -185,27 +204,23 @@ impl Keys {
     }
 
     fn grant_of(&self, hash: &str) -> Option<Grant> {
-        self.configured.get(hash).cloned().or_else(|| {
-            self.stored
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(hash)
-                .cloned()
-        })
+        self.configured
+            .get(hash)
+            .cloned()
+            .or_else(|| self.stored.load().get(hash).cloned())
     }
 
     /// The key of the request, if any.
-    fn presented(req: &HttpRequest) -> Option<String> {
+    fn presented(req: &HttpRequest) -> Option<&str> {
+        // Header names as constants: a `&str` name is parsed on every lookup.
+        const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
         let h = req.headers();
-        h.get("x-api-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .or_else(|| {
-                h.get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(|s| s.trim().to_string())
-            })
+        h.get(X_API_KEY).and_then(|v| v.to_str().ok()).or_else(|| {
+            h.get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+        })
     }
 
     /// The grant of the request's key when its role is at least `need`, or the error to
@@ -219,7 +234,7 @@ impl Keys {
                 "an API key is required (Authorization: Bearer KEY or X-Api-Key)",
             ));
         };
-        let Some(grant) = self.grant_of(&hash_key(&key)) else {
+        let Some(grant) = self.grant_of(HexDigest::of(key).as_str()) else {
             return Err(ApiError::unauthorized("unknown API key"));
         };
         if grant.role < need {
@@ -235,14 +250,14 @@ impl Keys {
 
     /// The SHA-256 of the request's key, if it carries one (the caller checked its role).
     pub fn presented_hash(req: &HttpRequest) -> Option<String> {
-        Self::presented(req).map(|k| hash_key(&k))
+        Self::presented(req).map(hash_key)
     }
 
     /// The SHA-256 digests of the keys (configured and stored) that start with `prefix`
     /// and whose role is at least `need`: the keys that may have minted a page link
     /// carrying `prefix` ([`super::pages::links`]). A revoked key is not among them.
     pub fn hashes_with_prefix(&self, prefix: &str, need: Role) -> Vec<String> {
-        let stored = self.stored.read().unwrap_or_else(|e| e.into_inner());
+        let stored = self.stored.load();
         self.configured
             .iter()
             .chain(stored.iter())

@@ -21,6 +21,12 @@ pub struct Id(String);
 
 impl Id {
     pub fn parse(s: &str, max: usize) -> Result<Self, String> {
+        Self::check(s, max)?;
+        Ok(Self(s.to_string()))
+    }
+
+    /// Whether `s` is a valid id ([`Self::parse`] without the copy).
+    pub fn check(s: &str, max: usize) -> Result<(), String> {
         if s.is_empty() {
             return Err("must not be empty".into());
         }
@@ -33,7 +39,7 @@ impl Id {
         if s.trim() != s {
             return Err("must not start or end with whitespace".into());
         }
-        Ok(Self(s.to_string()))
+        Ok(())
     }
 
     pub fn as_str(&self) -> &str {

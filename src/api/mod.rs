@@ -6,6 +6,7 @@ pub mod docs;
 pub mod domain;
 pub mod health;
 pub mod items;
+pub mod json_out;
 pub mod keyring;
 pub mod models;
 pub mod openapi;
@@ -217,8 +218,13 @@ impl<T: DeserializeOwned> actix_web::FromRequest for Query<T> {
 
 /// Parses a query string into `T`, naming the failing parameter ([`Query`]).
 pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
-    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let de = || serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    // The path of a failing field is tracked only when there is one to name (the same
+    // parse again): tracking costs every request.
+    if let Ok(v) = T::deserialize(de()) {
+        return Ok(v);
+    }
+    serde_path_to_error::deserialize(de()).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
         let unknown = message
@@ -377,6 +383,12 @@ impl Page {
 /// Parses a path id (user or item) with the configured length limit.
 pub fn path_id(state: &AppState, field: &str, raw: &str) -> Result<domain::Id, ApiError> {
     domain::Id::parse(raw, state.settings.ratings.max_id_len)
+        .map_err(|e| ApiError::invalid(field, format!("{field} {e}")))
+}
+
+/// [`path_id`] without the copy (ids only checked, e.g. items named in a query).
+pub fn check_id(state: &AppState, field: &str, raw: &str) -> Result<(), ApiError> {
+    domain::Id::check(raw, state.settings.ratings.max_id_len)
         .map_err(|e| ApiError::invalid(field, format!("{field} {e}")))
 }
 

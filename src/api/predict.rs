@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::UserKey;
+use super::json_out::JsonOut;
 use super::recommend::user_facts;
-use super::{path_id, ApiError, AppState};
+use super::{check_id, ApiError, AppState};
 use crate::train::Guarantee;
 
 /// At most this many items per request.
@@ -59,8 +60,9 @@ pub async fn predictions(
     path: web::Path<String>,
     q: super::Query<PredictQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = path_id(&state, "user", &path)?;
-    auth.for_user(user.as_str())?;
+    let user: &str = &path;
+    super::check_id(&state, "user", user)?;
+    auth.for_user(user)?;
     let ids: Vec<&str> = q.items.split(',').map(str::trim).collect();
     if ids.is_empty() || ids.len() > MAX_ITEMS || ids.iter().any(|i| i.is_empty()) {
         return Err(ApiError::invalid(
@@ -69,7 +71,7 @@ pub async fn predictions(
         ));
     }
     for i in &ids {
-        path_id(&state, "items", i)?;
+        check_id(&state, "items", i)?;
     }
     let model = state.registry.current().ok_or_else(|| {
         ApiError::unavailable("no model has been published yet; ingest ratings and retrain")
@@ -94,19 +96,85 @@ pub async fn predictions(
         }
         index.push(j);
     }
-    let facts = user_facts(&state, user.as_str()).await?;
-    let ratings = model.predict_items(user.as_str(), &facts, &index);
-    Ok(HttpResponse::Ok().json(Predictions {
-        user: user.into_string(),
+    let facts = user_facts(&state, user).await?;
+    let ratings = model.predict_items(user, &facts, &index);
+    let answer = PredictionsOut {
+        user,
         model_version: model.release_id,
         guarantee: model.guarantee,
-        predictions: ids
-            .iter()
-            .zip(ratings)
-            .map(|(i, rating)| PredictedRating {
-                item: (*i).to_owned(),
-                rating,
-            })
-            .collect(),
-    }))
+        items: &ids,
+        ratings: &ratings,
+    };
+    Ok(answer.write().ok())
+}
+
+/// [`Predictions`], borrowing the ids asked for.
+struct PredictionsOut<'a> {
+    user: &'a str,
+    model_version: i64,
+    guarantee: Guarantee,
+    /// The items asked for and their predictions, in that order.
+    items: &'a [&'a str],
+    ratings: &'a [Option<f64>],
+}
+
+impl PredictionsOut<'_> {
+    /// The JSON of [`Predictions`], field by field in its order.
+    fn write(&self) -> JsonOut {
+        let mut o = JsonOut::new();
+        o.raw("{\"user\":")
+            .str(self.user)
+            .raw(",\"model_version\":")
+            .value(&self.model_version)
+            .raw(",\"guarantee\":")
+            .value(&self.guarantee)
+            .raw(",\"predictions\":[");
+        for (k, (item, rating)) in self.items.iter().zip(self.ratings).enumerate() {
+            o.raw(if k == 0 { "{\"item\":" } else { ",{\"item\":" })
+                .str(item)
+                .raw(",\"rating\":")
+                .value(rating)
+                .raw("}");
+        }
+        o.raw("]}");
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The written answer is [`Predictions`] as serde writes it, byte for byte.
+    #[test]
+    fn written_answer_is_the_documented_one() {
+        let ids = ["i1", "x\"y", "\u{1f}", "é"];
+        let ratings = [Some(3.25), None, Some(f64::NAN), Some(1.0 / 3.0)];
+        for k in 0..=ids.len() {
+            let want = Predictions {
+                user: "u1".into(),
+                model_version: 3,
+                guarantee: Guarantee::Proven,
+                predictions: ids[..k]
+                    .iter()
+                    .zip(ratings)
+                    .map(|(i, rating)| PredictedRating {
+                        item: i.to_string(),
+                        rating,
+                    })
+                    .collect(),
+            };
+            let got = PredictionsOut {
+                user: "u1",
+                model_version: 3,
+                guarantee: Guarantee::Proven,
+                items: &ids[..k],
+                ratings: &ratings[..k],
+            };
+            assert_eq!(
+                String::from_utf8(got.write().into_bytes()).unwrap(),
+                serde_json::to_string(&want).unwrap()
+            );
+        }
+    }
 }

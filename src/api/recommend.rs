@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{AnyKey, UserKey};
+use super::json_out::JsonOut;
 use super::{path_id, ApiError, AppState};
+use crate::serve::lists::{IndexedPage, ListPage};
 use crate::train::Guarantee;
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -133,34 +135,100 @@ pub async fn recommendations(
     path: web::Path<String>,
     q: super::Query<RecommendQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = path_id(&state, "user", &path)?;
-    auth.for_user(user.as_str())?;
+    let user: &str = &path;
+    super::check_id(&state, "user", user)?;
+    auth.for_user(user)?;
     let n = parse_n(q.n)?;
     let offset = super::parse_offset("offset", q.offset)? as usize;
     let model = state.registry.current().ok_or_else(no_model)?;
-    let facts = user_facts(&state, user.as_str()).await?;
-    let cold = state.registry.cold();
-    let top = model.top_n_with_cold(
-        cold.as_deref(),
-        user.as_str(),
-        &facts,
-        n,
-        offset,
-        q.include_rated.unwrap_or(false),
-    );
-    let source = if top.fallback {
+    let facts = user_facts(&state, user).await?;
+    let include_rated = q.include_rated.unwrap_or(false);
+    // Items registered after the release merge into label lists: a computed list then.
+    let page = match state.registry.cold() {
+        Some(cold) => ListPage::Scored(model.top_n_with_cold(
+            Some(&cold),
+            user,
+            &facts,
+            n,
+            offset,
+            include_rated,
+        )),
+        None => model.list_page(user, &facts, n, offset, include_rated),
+    };
+    let fallback = page.fallback();
+    let items = match page {
+        ListPage::Indexed(p) => PageItems::Indexed(&model.items, p),
+        ListPage::Scored(top) => PageItems::Owned(top.items.into_iter().map(scored).collect()),
+    };
+    let source = if fallback {
         "popularity"
     } else {
         model.personal_source(&facts)
     };
-    Ok(HttpResponse::Ok().json(Recommendations {
-        user: user.into_string(),
+    let answer = RecommendationsOut {
+        user,
         model_version: model.release_id,
         guarantee: model.guarantee,
-        fallback: top.fallback,
-        source: source.into(),
-        items: top.items.into_iter().map(scored).collect(),
-    }))
+        fallback,
+        source,
+        items,
+    };
+    Ok(answer.write().ok())
+}
+
+/// [`Recommendations`] of one page, borrowing the served release's item ids.
+struct RecommendationsOut<'a> {
+    user: &'a str,
+    model_version: i64,
+    guarantee: Guarantee,
+    fallback: bool,
+    source: &'a str,
+    items: PageItems<'a>,
+}
+
+/// A page's items: indices of the release (named from its ids) or [`ScoredItem`]s.
+enum PageItems<'a> {
+    Indexed(&'a [String], IndexedPage),
+    Owned(Vec<ScoredItem>),
+}
+
+impl RecommendationsOut<'_> {
+    /// The JSON of [`Recommendations`], field by field in its order.
+    fn write(&self) -> JsonOut {
+        let mut o = JsonOut::new();
+        o.raw("{\"user\":")
+            .str(self.user)
+            .raw(",\"model_version\":")
+            .value(&self.model_version)
+            .raw(",\"guarantee\":")
+            .value(&self.guarantee)
+            .raw(if self.fallback {
+                ",\"fallback\":true"
+            } else {
+                ",\"fallback\":false"
+            })
+            .raw(",\"source\":")
+            .str(self.source)
+            .raw(",\"items\":");
+        match &self.items {
+            PageItems::Indexed(ids, page) => {
+                o.raw("[");
+                for (k, &(score, j)) in page.items.iter().enumerate() {
+                    o.raw(if k == 0 { "{\"item\":" } else { ",{\"item\":" })
+                        .str(&ids[j as usize])
+                        .raw(",\"score\":")
+                        .value(&score)
+                        .raw("}");
+                }
+                o.raw("]");
+            }
+            PageItems::Owned(items) => {
+                o.value(items);
+            }
+        }
+        o.raw("}");
+        o
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -240,4 +308,60 @@ pub async fn similar(
         source: s.source.name().into(),
         items: s.items.into_iter().map(scored).collect(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The written answer is [`Recommendations`] as serde writes it, byte for byte:
+    /// ids to escape, scores of every kind (non-finite ones are `null`), both kinds of
+    /// page.
+    #[test]
+    fn written_answer_is_the_documented_one() {
+        let ids: Vec<String> = ["a", "b\"q", "c\u{1}", "é"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let scores = [0.1 + 0.2, -1e-300, 4.0, f64::NAN, f64::INFINITY, 1e21, -0.0];
+        for (k, fallback) in [(0, false), (1, true), (7, false)] {
+            let page = IndexedPage {
+                items: (0..k)
+                    .map(|x| (scores[x % scores.len()], (x % ids.len()) as u32))
+                    .collect(),
+                fallback,
+            };
+            let named = || -> Vec<ScoredItem> {
+                page.items
+                    .iter()
+                    .map(|&(score, j)| ScoredItem {
+                        item: ids[j as usize].clone(),
+                        score,
+                        explanations: None,
+                    })
+                    .collect()
+            };
+            let want = |items| Recommendations {
+                user: "u\"\u{e9}".into(),
+                model_version: 7,
+                guarantee: Guarantee::Proven,
+                fallback,
+                source: "profile".into(),
+                items,
+            };
+            let got = |items| RecommendationsOut {
+                user: "u\"\u{e9}",
+                model_version: 7,
+                guarantee: Guarantee::Proven,
+                fallback,
+                source: "profile",
+                items,
+            };
+            let want = serde_json::to_string(&want(named())).unwrap();
+            let indexed = got(PageItems::Indexed(&ids, page.clone())).write();
+            assert_eq!(String::from_utf8(indexed.into_bytes()).unwrap(), want);
+            let owned = got(PageItems::Owned(named())).write();
+            assert_eq!(String::from_utf8(owned.into_bytes()).unwrap(), want);
+        }
+    }
 }

@@ -4,21 +4,23 @@
 //! what depends on the user's own ratings (their items in this release, their candidates
 //! ranked) once per release and per version of those ratings ([`UserLists`], kept with
 //! the user's cached facts). A request then merges two ready orders and stops after
-//! `offset + n` items. The lists are exactly [`Published::top_n`]'s (a test compares
+//! `offset + n` items, or, for a user the model does not personalise for, reads the DP
+//! counts' order without the user's rated items, ready too. The lists are exactly [`Published::top_n`]'s (a test compares
 //! them on random models, users, offsets and exclusions).
 
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::facts::UserFacts;
-use super::user_lists::Personal;
 pub use super::user_lists::{ListsSlot, UserLists};
+use super::user_lists::{Personal, Ranked};
 use super::{Exclude, Published, Scored, TopN, TopNQuery};
 use crate::model::item_ranker::ItemRanker;
 use crate::model::Ranker;
 
 /// A user's cached ranking keeps the best candidates up to this many that the user has
-/// not rated (all candidates when fewer): deeper pages are computed per request.
+/// not rated (all candidates when fewer), and a user without a personal list this many
+/// items of the DP counts' order: deeper pages are computed per request.
 const KEEP: usize = 64;
 
 /// The orders of a release's DP counts, for [`ItemRanker`]s with catalogue-wide counts.
@@ -64,6 +66,32 @@ impl ModelLists {
 
 fn item_ranker(r: &dyn Ranker) -> Option<&ItemRanker> {
     r.storable()?.downcast_ref::<ItemRanker>()
+}
+
+/// A page of a user's list as `(score, item index in the release)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedPage {
+    pub items: Vec<(f64, u32)>,
+    /// True when the DP counts answered (see [`TopN::fallback`]).
+    pub fallback: bool,
+}
+
+/// A page of a user's list ([`Published::list_page`]).
+#[derive(Debug, Clone)]
+pub enum ListPage {
+    /// From the ready orders.
+    Indexed(IndexedPage),
+    /// Computed for this request ([`Published::top_n`]).
+    Scored(TopN),
+}
+
+impl ListPage {
+    pub fn fallback(&self) -> bool {
+        match self {
+            Self::Indexed(p) => p.fallback,
+            Self::Scored(t) => t.fallback,
+        }
+    }
 }
 
 /// Descending score, ties to the smaller item index: the order of
@@ -118,10 +146,26 @@ impl Published {
         offset: usize,
         include_rated: bool,
     ) -> TopN {
-        if let Some(top) = self.cached_top_n(facts, n, offset, include_rated) {
-            return top;
+        match self.list_page(user, facts, n, offset, include_rated) {
+            ListPage::Indexed(p) => self.named(p),
+            ListPage::Scored(top) => top,
         }
-        self.top_n(&TopNQuery {
+    }
+
+    /// [`Self::top_n_for`] with the items of the ready orders as indices of this
+    /// release, named by the caller from [`Published::items`] (no id copied per item).
+    pub fn list_page(
+        &self,
+        user: &str,
+        facts: &UserFacts,
+        n: usize,
+        offset: usize,
+        include_rated: bool,
+    ) -> ListPage {
+        if let Some(page) = self.cached_page(facts, n, offset, include_rated) {
+            return ListPage::Indexed(page);
+        }
+        ListPage::Scored(self.top_n(&TopNQuery {
             user,
             n,
             offset,
@@ -132,11 +176,25 @@ impl Published {
             },
             own: &facts.ratings,
             force_fallback: facts.deleted,
-        })
+        }))
     }
 
-    /// `None` when the release has no ready orders or the page lies beyond the user's
-    /// cached ranking.
+    fn named(&self, page: IndexedPage) -> TopN {
+        TopN {
+            items: page
+                .items
+                .iter()
+                .map(|&(score, j)| Scored {
+                    item: self.items[j as usize].clone(),
+                    score,
+                    explanations: None,
+                })
+                .collect(),
+            fallback: page.fallback,
+        }
+    }
+
+    #[cfg(test)]
     fn cached_top_n(
         &self,
         facts: &UserFacts,
@@ -144,30 +202,54 @@ impl Published {
         offset: usize,
         include_rated: bool,
     ) -> Option<TopN> {
+        let page = self.cached_page(facts, n, offset, include_rated)?;
+        Some(self.named(page))
+    }
+
+    /// The page from the ready orders; `None` when the release has none or the page lies
+    /// beyond the user's cached ranking.
+    pub(super) fn cached_page(
+        &self,
+        facts: &UserFacts,
+        n: usize,
+        offset: usize,
+        include_rated: bool,
+    ) -> Option<IndexedPage> {
         let model = self.lists.as_ref()?;
         let user = self.user_lists(facts)?;
         let excluded = |j: u32| !include_rated && user.rated.binary_search(&j).is_ok();
-        let scored = |(score, j): (f64, u32)| Scored {
-            item: self.items[j as usize].clone(),
-            score,
-            explanations: None,
-        };
         let Some(p) = &user.personal else {
             let counts = &item_ranker(self.ranker.as_deref()?)?.fill;
-            let items = model
-                .by_count
-                .iter()
-                .filter(|&&j| !excluded(j))
-                .skip(offset)
-                .take(n)
-                .map(|&j| scored((counts[j as usize], j)))
-                .collect();
-            return Some(TopN {
+            let ready = &user.popular;
+            let items = if !include_rated
+                && (offset.saturating_add(n) <= ready.len() || ready.len() < KEEP)
+            {
+                ready
+                    .iter()
+                    .skip(offset)
+                    .take(n)
+                    .map(|&j| (counts[j as usize], j))
+                    .collect()
+            } else {
+                model
+                    .by_count
+                    .iter()
+                    .filter(|&&j| !excluded(j))
+                    .skip(offset)
+                    .take(n)
+                    .map(|&j| (counts[j as usize], j))
+                    .collect()
+            };
+            return Some(IndexedPage {
                 items,
                 fallback: true,
             });
         };
-        let mut ranked = p.ranked.iter().copied().filter(|&(_, j)| !excluded(j));
+        let mut ranked = p
+            .ranked
+            .iter()
+            .filter(|c| include_rated || !c.rated)
+            .map(|c| (c.score, c.item));
         let mut outside = Outside {
             items: &model.outside,
             base: p.base,
@@ -194,10 +276,10 @@ impl Published {
                 (None, None) => break,
             };
             if k >= offset {
-                items.push(scored(next));
+                items.push(next);
             }
         }
-        Some(TopN {
+        Some(IndexedPage {
             items,
             fallback: false,
         })
@@ -232,22 +314,38 @@ impl Published {
             ranked.sort_unstable_by(better);
             let all = ranked.len();
             let mut unrated = 0;
-            let keep = ranked
-                .iter()
-                .position(|&(_, j)| {
-                    unrated += usize::from(rated.binary_search(&j).is_err());
-                    unrated == KEEP
+            let ranked: Vec<Ranked> = ranked
+                .into_iter()
+                .map(|(score, item)| Ranked {
+                    score,
+                    item,
+                    rated: rated.binary_search(&item).is_ok(),
                 })
-                .map_or(all, |p| p + 1);
-            ranked.truncate(keep);
+                .take_while(|c| {
+                    let more = unrated < KEEP;
+                    unrated += usize::from(!c.rated);
+                    more
+                })
+                .collect();
             Personal {
+                complete: ranked.len() == all,
                 ranked,
-                complete: keep == all,
                 base: (if lowest.is_finite() { lowest } else { 0.0 }) - 2.0,
             }
         });
+        let popular = match (&personal, &self.lists) {
+            (None, Some(model)) => model
+                .by_count
+                .iter()
+                .copied()
+                .filter(|j| rated.binary_search(j).is_err())
+                .take(KEEP)
+                .collect(),
+            _ => Vec::new(),
+        };
         let u = Arc::new(UserLists {
             release_id: self.release_id,
+            popular,
             rated,
             source: self.ranker.as_deref()?.personal_source(&own),
             personal,
@@ -317,6 +415,7 @@ mod tests {
     fn cached_lists_are_the_reference_lists() {
         let mut rng = StdRng::seed_from_u64(47);
         let mut fast = 0;
+        let mut popular = [0; 2];
         for case in 0..60 {
             let n = rng.random_range(1..120);
             let k = rng.random_range(0..=n.min(90));
@@ -352,6 +451,11 @@ mod tests {
                     });
                     fast +=
                         usize::from(p.cached_top_n(&facts, n_, offset, include_rated).is_some());
+                    let user = p.user_lists(&facts).unwrap();
+                    if user.personal.is_none() && !include_rated {
+                        let deep = offset + n_ > user.popular.len();
+                        popular[usize::from(deep && user.popular.len() == KEEP)] += 1;
+                    }
                     let got = p.top_n_for("u", &facts, n_, offset, include_rated);
                     assert_eq!(got.fallback, want.fallback, "case {case}");
                     assert_eq!(
@@ -362,6 +466,8 @@ mod tests {
             }
         }
         assert!(fast > 2000, "most lists come from the ready orders: {fast}");
+        // Lists of the DP counts' order: from the ready part, and beyond it.
+        assert!(popular[0] > 100 && popular[1] > 5, "{popular:?}");
     }
 
     /// Scores that round to the same value outside the candidates go by index, as in the

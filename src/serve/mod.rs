@@ -7,7 +7,7 @@ pub mod lists;
 pub mod predict;
 pub mod user_lists;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -38,8 +38,8 @@ pub struct Published {
     pub model: FactorModel,
     pub users: Vec<String>,
     pub items: Vec<String>,
-    user_index: HashMap<String, usize>,
-    item_index: HashMap<String, usize>,
+    user_index: foldhash::HashMap<String, usize>,
+    item_index: foldhash::HashMap<String, usize>,
     /// DP (noisy) popularity count per item index.
     pub popularity: Vec<i64>,
     /// Item indices by descending noisy popularity (ties by id).
@@ -52,6 +52,8 @@ pub struct Published {
     ranker_popularity: bool,
     /// The orders of the ranker's DP counts, ready for [`Published::top_n_for`].
     lists: Option<lists::ModelLists>,
+    /// [`Published::predicts_ratings`].
+    predicts: bool,
 }
 
 /// One top-N request.
@@ -189,6 +191,7 @@ impl Published {
             ranker: None,
             ranker_popularity: false,
             lists: None,
+            predicts: true,
         })
     }
 
@@ -208,6 +211,7 @@ impl Published {
         self.lists = ranker
             .as_deref()
             .and_then(|r| lists::ModelLists::of(r, self.items.len()));
+        self.predicts = Self::ranker_predicts(ranker.as_deref());
         self.ranker = ranker;
         Ok(self)
     }

@@ -24,12 +24,16 @@ impl Published {
     }
 
     /// Whether the served model predicts ratings (a factor model, a neighbourhood model,
-    /// a joint-DP rating predictor); a top-N ranker does not.
+    /// a joint-DP rating predictor); a top-N ranker does not. Settled when the release is
+    /// loaded ([`Self::with_ranker`]).
     pub fn predicts_ratings(&self) -> bool {
-        match &self.ranker {
-            None => true,
-            Some(r) => r.n_items() == 0 || r.predict(None, &[], 0).is_some(),
-        }
+        self.predicts
+    }
+
+    /// [`Self::predicts_ratings`] of a release served through `ranker`: asks it for one
+    /// prediction (a predictor solves an empty profile for it).
+    pub(super) fn ranker_predicts(ranker: Option<&dyn crate::model::Ranker>) -> bool {
+        ranker.is_none_or(|r| r.n_items() == 0 || r.predict(None, &[], 0).is_some())
     }
 
     /// The user's profile solved from the release and the user's own ratings, for a

@@ -10,18 +10,30 @@ pub struct UserLists {
     pub(super) rated: Vec<u32>,
     /// `None`: the model does not personalise for this user (the DP counts' order).
     pub(super) personal: Option<Personal>,
+    /// Without a personal list: the DP counts' order without the user's rated items, cut
+    /// after [`super::lists`]'s `KEEP` items (all of them when shorter). Empty otherwise.
+    pub(super) popular: Vec<u32>,
     /// What the user's personal list is made of ([`crate::model::Ranker::personal_source`]).
     pub(super) source: &'static str,
 }
 
 #[derive(Debug)]
 pub(super) struct Personal {
-    /// The candidates as `(score, item)` in list order, cut after [`super::lists`]'s `KEEP` unrated ones.
-    pub(super) ranked: Vec<(f64, u32)>,
+    /// The candidates in list order, cut after [`super::lists`]'s `KEEP` unrated ones.
+    pub(super) ranked: Vec<Ranked>,
     /// Whether `ranked` holds every listable candidate.
     pub(super) complete: bool,
     /// Items outside the candidates score `base + term`.
     pub(super) base: f64,
+}
+
+/// One ranked candidate of a user: whether the user rated it is settled once here, not
+/// per request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ranked {
+    pub(super) score: f64,
+    pub(super) item: u32,
+    pub(super) rated: bool,
 }
 
 /// The last [`UserLists`] computed from one version of a user's facts; replaced when a
