@@ -353,6 +353,12 @@ impl LabelledRanker {
         self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY) + self.lift.term(lift, j)
     }
 
+    /// Whether `own`'s list is the label list or the fused list (every item scored),
+    /// not the inner model's list.
+    pub fn reweights(&self, own: &[(usize, f64)]) -> bool {
+        !self.lift.base.is_empty() && self.lift.has_labelled(own)
+    }
+
     /// Whether the label model answers for `own` (as [`Self::labelled`], without
     /// computing the lift).
     fn answers(&self, own: &[(usize, f64)]) -> bool {

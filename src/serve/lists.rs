@@ -16,6 +16,7 @@ pub use super::user_lists::{ListsSlot, UserLists};
 use super::user_lists::{Personal, Ranked};
 use super::{Exclude, Published, Scored, TopN, TopNQuery};
 use crate::model::item_ranker::ItemRanker;
+use crate::model::labels::LabelledRanker;
 use crate::model::Ranker;
 
 /// A user's cached ranking keeps the best candidates up to this many that the user has
@@ -64,8 +65,16 @@ impl ModelLists {
     }
 }
 
+/// The item-side model of a release: the ranker itself, or the inner model of a label
+/// model (whose lists are the inner model's where the labels do not reweight them).
 fn item_ranker(r: &dyn Ranker) -> Option<&ItemRanker> {
-    r.storable()?.downcast_ref::<ItemRanker>()
+    let any = r.storable()?;
+    any.downcast_ref::<ItemRanker>()
+        .or_else(|| labelled(r).map(|l| &l.inner))
+}
+
+fn labelled(r: &dyn Ranker) -> Option<&LabelledRanker> {
+    r.storable()?.downcast_ref::<LabelledRanker>()
 }
 
 /// A page of a user's list as `(score, item index in the release)`.
@@ -251,7 +260,7 @@ impl Published {
             .filter(|c| include_rated || !c.rated)
             .map(|c| (c.score, c.item));
         let mut outside = Outside {
-            items: &model.outside,
+            items: if p.whole { &[] } else { &model.outside },
             base: p.base,
             group: Vec::new(),
         }
@@ -300,39 +309,45 @@ impl Published {
             .collect();
         rated.sort_unstable();
         let own = self.own_indices(facts);
-        let personal = r.personalises(&own).then(|| {
-            let cand = r
-                .candidate_scores(&own, None)
-                .expect("a personal list has candidate scores");
-            let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
-            let mut ranked: Vec<(f64, u32)> = cand
-                .iter()
-                .zip(&r.candidates)
-                .filter(|&(&s, _)| s > f64::NEG_INFINITY)
-                .map(|(&s, &j)| (s, j))
-                .collect();
-            ranked.sort_unstable_by(better);
-            let all = ranked.len();
-            let mut unrated = 0;
-            let ranked: Vec<Ranked> = ranked
-                .into_iter()
-                .map(|(score, item)| Ranked {
-                    score,
-                    item,
-                    rated: rated.binary_search(&item).is_ok(),
-                })
-                .take_while(|c| {
-                    let more = unrated < KEEP;
-                    unrated += usize::from(!c.rated);
-                    more
-                })
-                .collect();
-            Personal {
-                complete: ranked.len() == all,
-                ranked,
-                base: (if lowest.is_finite() { lowest } else { 0.0 }) - 2.0,
-            }
-        });
+        let whole = labelled(self.ranker.as_deref()?).filter(|l| l.reweights(&own));
+        let personal = if let Some(l) = whole {
+            Some(whole_ranking(l, &own, &rated))
+        } else {
+            r.personalises(&own).then(|| {
+                let cand = r
+                    .candidate_scores(&own, None)
+                    .expect("a personal list has candidate scores");
+                let lowest = cand.iter().copied().fold(f64::INFINITY, f64::min);
+                let mut ranked: Vec<(f64, u32)> = cand
+                    .iter()
+                    .zip(&r.candidates)
+                    .filter(|&(&s, _)| s > f64::NEG_INFINITY)
+                    .map(|(&s, &j)| (s, j))
+                    .collect();
+                ranked.sort_unstable_by(better);
+                let all = ranked.len();
+                let mut unrated = 0;
+                let ranked: Vec<Ranked> = ranked
+                    .into_iter()
+                    .map(|(score, item)| Ranked {
+                        score,
+                        item,
+                        rated: rated.binary_search(&item).is_ok(),
+                    })
+                    .take_while(|c| {
+                        let more = unrated < KEEP;
+                        unrated += usize::from(!c.rated);
+                        more
+                    })
+                    .collect();
+                Personal {
+                    complete: ranked.len() == all,
+                    ranked,
+                    base: (if lowest.is_finite() { lowest } else { 0.0 }) - 2.0,
+                    whole: false,
+                }
+            })
+        };
         let popular = match (&personal, &self.lists) {
             (None, Some(model)) => model
                 .by_count
@@ -355,11 +370,53 @@ impl Published {
     }
 }
 
+/// A label model's list for a user whose labels reweight it: every item scored once,
+/// the best `KEEP` unrated ones (and the rated ones among them) kept in list order.
+fn whole_ranking(l: &LabelledRanker, own: &[(usize, f64)], rated: &[u32]) -> Personal {
+    let mut scores = vec![0.0; l.n_items()];
+    l.score_items(None, own, &mut scores);
+    let mut ranked: Vec<(f64, u32)> = scores
+        .iter()
+        .enumerate()
+        .filter(|&(_, &s)| s > f64::NEG_INFINITY)
+        .map(|(j, &s)| (s, j as u32))
+        .collect();
+    let all = ranked.len();
+    // At most `KEEP` unrated items precede the cut, so `KEEP + rated` suffice.
+    let k = KEEP.saturating_add(rated.len()).min(all);
+    if k < all {
+        ranked.select_nth_unstable_by(k, better);
+        ranked.truncate(k);
+    }
+    ranked.sort_unstable_by(better);
+    let mut unrated = 0;
+    let ranked: Vec<Ranked> = ranked
+        .into_iter()
+        .map(|(score, item)| Ranked {
+            score,
+            item,
+            rated: rated.binary_search(&item).is_ok(),
+        })
+        .take_while(|c| {
+            let more = unrated < KEEP;
+            unrated += usize::from(!c.rated);
+            more
+        })
+        .collect();
+    Personal {
+        complete: ranked.len() == all,
+        ranked,
+        base: f64::NEG_INFINITY,
+        whole: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::RatingScale;
     use crate::model::item_ranker::{ItemRanker, ItemScorer};
+    use crate::model::labels::LabelLift;
     use crate::model::FactorModel;
     use crate::serve::ReleaseMeta;
     use dprec_dp::charges::Guarantee;
@@ -387,6 +444,26 @@ mod tests {
         };
         let fill: Vec<f64> = (0..n).map(|_| rng.random_range(-3..12) as f64).collect();
         let r = ItemRanker::new(n, candidates, popularity, scorer, 0.3).with_fill(fill.clone());
+        // Half of the releases carry a label model over it (three labels, some items
+        // without one): its users with a labelled item get label or fused lists.
+        let ranker: Arc<dyn Ranker> = if rng.random_bool(0.5) {
+            let item_labels: Vec<Vec<u32>> = (0..n)
+                .map(|_| match rng.random_range(0..4) {
+                    3 => Vec::new(),
+                    g => vec![g],
+                })
+                .collect();
+            let lift = LabelLift {
+                item_labels,
+                share: vec![0.3, 0.5, 0.2],
+                alpha: rng.random_range(1.0..20.0),
+                base: fill.iter().map(|&f| f.max(0.5).ln()).collect(),
+                names: vec!["a".into(), "b".into(), "c".into()],
+            };
+            Arc::new(LabelledRanker { inner: r, lift })
+        } else {
+            Arc::new(r)
+        };
         let items: Vec<String> = (0..n).map(|j| format!("i{j}")).collect();
         let meta = ReleaseMeta {
             release_id: 3,
@@ -403,19 +480,20 @@ mod tests {
             fill.iter().map(|&f| f as i64).collect(),
         )
         .unwrap()
-        .with_ranker(Some(Arc::new(r)))
+        .with_ranker(Some(ranker))
         .unwrap()
     }
 
     /// The ready orders give the lists of the reference ([`Published::top_n`]: every
     /// item scored, then sorted) for random users (none, a few or many rated items, some
     /// outside the release, deleted or not), pages and `include_rated`, and deeper pages
-    /// than the cached ranking holds.
+    /// than the cached ranking holds, with and without a label model.
     #[test]
     fn cached_lists_are_the_reference_lists() {
         let mut rng = StdRng::seed_from_u64(47);
         let mut fast = 0;
         let mut popular = [0; 2];
+        let mut whole = 0;
         for case in 0..60 {
             let n = rng.random_range(1..120);
             let k = rng.random_range(0..=n.min(90));
@@ -452,6 +530,7 @@ mod tests {
                     fast +=
                         usize::from(p.cached_top_n(&facts, n_, offset, include_rated).is_some());
                     let user = p.user_lists(&facts).unwrap();
+                    whole += usize::from(user.personal.as_ref().is_some_and(|p| p.whole));
                     if user.personal.is_none() && !include_rated {
                         let deep = offset + n_ > user.popular.len();
                         popular[usize::from(deep && user.popular.len() == KEEP)] += 1;
@@ -466,6 +545,7 @@ mod tests {
             }
         }
         assert!(fast > 2000, "most lists come from the ready orders: {fast}");
+        assert!(whole > 300, "label and fused lists: {whole}");
         // Lists of the DP counts' order: from the ready part, and beyond it.
         assert!(popular[0] > 100 && popular[1] > 5, "{popular:?}");
     }

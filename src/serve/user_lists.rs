@@ -25,6 +25,9 @@ pub(super) struct Personal {
     pub(super) complete: bool,
     /// Items outside the candidates score `base + term`.
     pub(super) base: f64,
+    /// Whether `ranked` ranks the whole catalogue (a label or fused list scores every
+    /// item): no item outside it is listed.
+    pub(super) whole: bool,
 }
 
 /// One ranked candidate of a user: whether the user rated it is settled once here, not
