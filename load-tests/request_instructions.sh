@@ -3,7 +3,7 @@
 # user-space instructions, not the kernel's or the client's): repeatable on a busy
 # machine, where requests/s are not. /healthz, top-N and predictions of random users.
 #
-#   load-tests/request_instructions.sh [--bin PATH]... [--data DIR] [--duration S]
+#   load-tests/request_instructions.sh [--bin PATH]... [--data DIR] [--duration S] [--eps E]
 #
 # 1. the stores of load-tests/topn_cost.sh: MovieLens-100K from --data DIR (default
 #    ../shared/datasets/ml-100k) imported by the first binary, one dp-topn release, and a
@@ -13,6 +13,10 @@
 #    then for /healthz and for the route (top-N n=10, or predictions of 10 random items):
 #    the counts zeroed, wrk with 1 thread and 4 connections for --duration seconds
 #    (default 10), the counts dumped;
+#    `--eps E`: the ratings' eps_ij at import (default 1.0, where the first release serves
+#    the DP counts' order to every user); `--eps default` imports at the service's default,
+#    where the release publishes a label model and users get label lists. The sources of
+#    the lists are printed after the release.
 # 3. prints per run the requests, the instructions and the instructions per request.
 #    Under valgrind SHA-256 runs its portable code (valgrind hides the CPU's SHA
 #    extensions): the key check counts about 7,000 instructions more than on the CPU.
@@ -24,11 +28,13 @@ root=$PWD
 bins=()
 data=../shared/datasets/ml-100k
 duration=10
+eps=1.0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bins+=("$(realpath "$2")"); shift 2 ;;
         --data) data=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
+        --eps) eps=$2; shift 2 ;;
         *) echo "request_instructions: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -63,8 +69,13 @@ mkdir -p "$scratch/topn" "$scratch/pred"
 serve_on "$scratch/topn" "$bin0"
 ADMIN=$(grep -Eo 'dprec_[0-9a-f]{64}' "$scratch/serve.log" | head -1)
 auth=(-H "Authorization: Bearer $ADMIN")
-"$bin0" import --url "$B" --api-key "$ADMIN" --eps 1.0 "$data" 2>&1 | tail -1 >&2
+eps_arg=(--eps "$eps")
+[ "$eps" = default ] && eps_arg=()
+"$bin0" import --url "$B" --api-key "$ADMIN" "${eps_arg[@]}" "$data" 2>&1 | tail -1 >&2
 echo "release (dp-topn): job $(retrain_and_wait)" >&2
+echo "list sources of the first 100 users: $(for u in $(seq 1 100); do
+    curl -s "$B/v1/users/$u/recommendations?n=1" "${auth[@]}" | grep -Eo '"source":"[a-z]+"'
+done | sort | uniq -c | tr -s ' \n' ' ')" >&2
 stop
 cp "$scratch"/topn/dprec.sqlite* "$scratch/pred/"
 DPREC_TRAINER__NAME=dp-alt serve_on "$scratch/pred" "$bin0"
