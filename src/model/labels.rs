@@ -353,6 +353,23 @@ impl LabelledRanker {
         self.lift.base.get(j).copied().unwrap_or(f64::NEG_INFINITY) + self.lift.term(lift, j)
     }
 
+    /// The published label model, when it ranks items outside its release
+    /// ([`ColdItems`]: it has its posterior means and label names).
+    pub fn label_model(&self) -> Option<&LabelLift> {
+        (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
+    }
+
+    /// The user's label lift when the label list answers the user's list (scores of
+    /// items outside the release are then on the list's scale); `None` otherwise.
+    pub fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
+        self.labelled(own)
+    }
+
+    /// The label model of `ranker`, when it is one.
+    pub fn of(ranker: &dyn Ranker) -> Option<&Self> {
+        ranker.storable()?.downcast_ref::<Self>()
+    }
+
     /// Whether `own`'s list is the label list or the fused list (every item scored),
     /// not the inner model's list.
     pub fn reweights(&self, own: &[(usize, f64)]) -> bool {
@@ -422,14 +439,6 @@ impl Ranker for LabelledRanker {
 
     fn similar(&self, item: usize, n: usize) -> Option<(SimilarBasis, Vec<(usize, f64)>)> {
         self.inner.similar(item, n)
-    }
-
-    fn label_model(&self) -> Option<&LabelLift> {
-        (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
-    }
-
-    fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
-        self.labelled(own)
     }
 }
 

@@ -69,19 +69,6 @@ pub trait Ranker: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// The published label model, when the model has one that ranks items outside its
-    /// release ([`crate::model::labels::ColdItems`]).
-    fn label_model(&self) -> Option<&crate::model::labels::LabelLift> {
-        None
-    }
-
-    /// The user's label lift when the label model answers the user's list (scores of
-    /// items outside the release are then on the list's scale); `None` otherwise.
-    fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
-        let _ = own;
-        None
-    }
-
     /// The user's bias and factors solved from the published model and the user's own
     /// ratings (a joint-DP rating predictor: computed, never stored); `None` for models
     /// without such a profile.

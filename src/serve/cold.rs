@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::model::catalogue::ItemInfo;
-use crate::model::labels::ColdItems;
+use crate::model::labels::{ColdItems, LabelledRanker};
 
 use super::facts::UserFacts;
 use super::{Published, Registry, Scored, Similar, SimilarSource, TopN};
@@ -36,7 +36,12 @@ impl Registry {
         let Some(p) = self.current() else {
             return 0;
         };
-        let Some(lift) = p.ranker.as_ref().and_then(|r| r.label_model()) else {
+        let Some(lift) = p
+            .ranker
+            .as_deref()
+            .and_then(LabelledRanker::of)
+            .and_then(|l| l.label_model())
+        else {
             self.cold.store(None);
             return 0;
         };
@@ -77,8 +82,7 @@ impl Published {
             .and_then(|c| {
                 Some((
                     c,
-                    self.ranker
-                        .as_ref()?
+                    LabelledRanker::of(self.ranker.as_deref()?)?
                         .label_list_lift(&self.own_indices(facts))?,
                 ))
             });
@@ -115,7 +119,7 @@ impl Published {
     /// supported first), then by index; `None` when `item` is not among them.
     pub fn similar_to_cold(&self, cold: &ColdItems, item: &str, n: usize) -> Option<Similar> {
         let c = cold.ids.iter().position(|i| i == item)?;
-        let lift = self.ranker.as_ref()?.label_model()?;
+        let lift = LabelledRanker::of(self.ranker.as_deref()?)?.label_model()?;
         let mine = &cold.labels[c];
         let mut scored: Vec<(usize, f64, f64)> = lift
             .item_labels

@@ -74,7 +74,7 @@ fn item_ranker(r: &dyn Ranker) -> Option<&ItemRanker> {
 }
 
 fn labelled(r: &dyn Ranker) -> Option<&LabelledRanker> {
-    r.storable()?.downcast_ref::<LabelledRanker>()
+    LabelledRanker::of(r)
 }
 
 /// A page of a user's list as `(score, item index in the release)`.

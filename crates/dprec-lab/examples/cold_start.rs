@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::model::labels::{ColdItems, ItemLabels};
+use dprec::model::labels::{ColdItems, ItemLabels, LabelledRanker};
 use dprec::model::ranker::top_k;
 use dprec::train::{self, Params, Ranker, TrainData, Trainer};
 use dprec_lab::eval::ranking::own_ratings;
@@ -142,7 +142,7 @@ fn found_after(
             .map(|(k, &s)| (s, keep[k]))
             .collect();
         own.iter().for_each(|&(k, _)| own_item[k] = false);
-        if let Some(lift) = ranker.label_list_lift(&own) {
+        if let Some(lift) = LabelledRanker::of(ranker).and_then(|l| l.label_list_lift(&own)) {
             list.extend((0..cold.ids.len()).map(|c| (cold.score(&lift, c), cold_fold[c])));
         }
         list.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -193,7 +193,7 @@ fn after_release(
         .with_item_labels(labels_of(genres, &keep))
         .context("dp-topn takes labels")?;
     let (ranker, matrix) = fit(trainer.as_ref(), &train, scale, seed)?;
-    let Some(lift) = ranker.label_model() else {
+    let Some(lift) = LabelledRanker::of(ranker.as_ref()).and_then(|l| l.label_model()) else {
         return Ok(0);
     };
     let ids: Vec<(String, &[String])> = (0..hidden.len())
