@@ -40,6 +40,12 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Largest number of ratings in one batch.
     pub max_batch: usize,
+    /// Most users whose ratings and ready lists the serving cache holds (a random entry
+    /// makes room beyond; docs/BENCHMARKS.md says what a cached user costs).
+    pub cache_users: usize,
+    /// Most ratings the serving cache holds over all its users (about 24 bytes each,
+    /// plus the users' ready lists).
+    pub cache_ratings: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -280,6 +286,8 @@ impl Default for ServerSettings {
             bind: "127.0.0.1:8080".into(),
             max_body_bytes: 4 * 1024 * 1024,
             max_batch: 10_000,
+            cache_users: 1_000_000,
+            cache_ratings: 20_000_000,
         }
     }
 }
@@ -495,6 +503,13 @@ impl Settings {
         }
         if self.server.max_batch == 0 || self.server.max_body_bytes < 1024 {
             bail!("server.max_batch must be >= 1 and server.max_body_bytes >= 1024");
+        }
+        if self.server.cache_users == 0 || self.server.cache_ratings == 0 {
+            bail!(
+                "server.cache_users and server.cache_ratings must be >= 1 (got {} and {})",
+                self.server.cache_users,
+                self.server.cache_ratings
+            );
         }
         let r = &self.ratings;
         if r.max_id_len == 0 || r.max_title_chars == 0 || r.max_label_chars == 0 {
@@ -977,6 +992,23 @@ mod tests {
         let vars = [("DPREC_TRAINER__SEED".to_string(), "7".to_string())].into_iter();
         let e = Settings::from_tree_and_env(toml::Table::new(), vars).unwrap_err();
         assert!(format!("{e:#}").contains("DPREC_TRAINER__SEED"), "{e:#}");
+    }
+
+    /// The serving cache's bounds: defaults, set from the environment, 0 refused naming
+    /// the key.
+    #[test]
+    fn cache_bounds_are_settings() {
+        let d = Settings::default();
+        assert_eq!(
+            (d.server.cache_users, d.server.cache_ratings),
+            (1_000_000, 20_000_000)
+        );
+        let vars = [("DPREC_SERVER__CACHE_USERS".to_string(), "5000".to_string())];
+        let s = Settings::from_tree_and_env(toml::Table::new(), vars.into_iter()).unwrap();
+        assert_eq!(s.server.cache_users, 5000);
+        let t: toml::Table = "[server]\ncache_ratings = 0\n".parse().unwrap();
+        let e = Settings::from_tree_and_env(t, std::iter::empty()).unwrap_err();
+        assert!(format!("{e:#}").contains("server.cache_ratings"), "{e:#}");
     }
 
     /// Issue 11: `retrain.min_input_ratio` defaults to 0.5, is settable from the

@@ -173,11 +173,6 @@ async fn reload_keys(
 /// change twice changes nothing; the overlap costs reading those rows again.
 const CHANGE_OVERLAP_MS: i64 = 10_000;
 
-/// Users whose cached serving facts are refreshed at most (`serve::facts`): the ratings
-/// bound below is about 0.5 GB of ratings (24 bytes each) plus the ready lists.
-const FACTS_CAPACITY: usize = 1_000_000;
-const FACTS_MAX_RATINGS: usize = 20_000_000;
-
 /// Every `every`, merges the ratings other processes on the same database changed into
 /// the serving facts of the cached users (`serve::facts`): only the rows changed since
 /// the previous check (with an overlap), never a sweep of the cache.
@@ -399,8 +394,8 @@ impl Application {
             log::info!("serving release {id} from the store");
         }
         let user_facts = Arc::new(crate::serve::facts::UserFactsCache::new(
-            FACTS_CAPACITY,
-            FACTS_MAX_RATINGS,
+            settings.server.cache_users,
+            settings.server.cache_ratings,
         ));
         let state = web::Data::new(AppState {
             store: store.clone(),
