@@ -70,11 +70,7 @@ impl ModelLists {
 fn item_ranker(r: &dyn Ranker) -> Option<&ItemRanker> {
     let any = r.storable()?;
     any.downcast_ref::<ItemRanker>()
-        .or_else(|| labelled(r).map(|l| &l.inner))
-}
-
-fn labelled(r: &dyn Ranker) -> Option<&LabelledRanker> {
-    LabelledRanker::of(r)
+        .or_else(|| LabelledRanker::of(r).map(|l| &l.inner))
 }
 
 /// A page of a user's list as `(score, item index in the release)`.
@@ -309,7 +305,7 @@ impl Published {
             .collect();
         rated.sort_unstable();
         let own = self.own_indices(facts);
-        let whole = labelled(self.ranker.as_deref()?).filter(|l| l.reweights(&own));
+        let whole = LabelledRanker::of(self.ranker.as_deref()?).filter(|l| l.reweights(&own));
         let personal = if let Some(l) = whole {
             Some(whole_ranking(l, &own, &rated))
         } else {
@@ -326,20 +322,7 @@ impl Published {
                     .collect();
                 ranked.sort_unstable_by(better);
                 let all = ranked.len();
-                let mut unrated = 0;
-                let ranked: Vec<Ranked> = ranked
-                    .into_iter()
-                    .map(|(score, item)| Ranked {
-                        score,
-                        item,
-                        rated: rated.binary_search(&item).is_ok(),
-                    })
-                    .take_while(|c| {
-                        let more = unrated < KEEP;
-                        unrated += usize::from(!c.rated);
-                        more
-                    })
-                    .collect();
+                let ranked = cut(ranked, &rated);
                 Personal {
                     complete: ranked.len() == all,
                     ranked,
@@ -370,6 +353,25 @@ impl Published {
     }
 }
 
+/// A user's list order (`ranked`, best first) with each item's rated flag (`rated`
+/// sorted), cut after the `KEEP`-th unrated item.
+fn cut(ranked: Vec<(f64, u32)>, rated: &[u32]) -> Vec<Ranked> {
+    let mut unrated = 0;
+    ranked
+        .into_iter()
+        .map(|(score, item)| Ranked {
+            score,
+            item,
+            rated: rated.binary_search(&item).is_ok(),
+        })
+        .take_while(|c| {
+            let more = unrated < KEEP;
+            unrated += usize::from(!c.rated);
+            more
+        })
+        .collect()
+}
+
 /// A label model's list for a user whose labels reweight it: every item scored once,
 /// the best `KEEP` unrated ones (and the rated ones among them) kept in list order.
 fn whole_ranking(l: &LabelledRanker, own: &[(usize, f64)], rated: &[u32]) -> Personal {
@@ -389,20 +391,7 @@ fn whole_ranking(l: &LabelledRanker, own: &[(usize, f64)], rated: &[u32]) -> Per
         ranked.truncate(k);
     }
     ranked.sort_unstable_by(better);
-    let mut unrated = 0;
-    let ranked: Vec<Ranked> = ranked
-        .into_iter()
-        .map(|(score, item)| Ranked {
-            score,
-            item,
-            rated: rated.binary_search(&item).is_ok(),
-        })
-        .take_while(|c| {
-            let more = unrated < KEEP;
-            unrated += usize::from(!c.rated);
-            more
-        })
-        .collect();
+    let ranked = cut(ranked, rated);
     Personal {
         complete: ranked.len() == all,
         ranked,
