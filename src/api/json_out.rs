@@ -42,6 +42,19 @@ impl JsonOut {
         self
     }
 
+    /// An answer about one user under one release: `{"user":...,"model_version":...,
+    /// "guarantee":...` (the first fields of the top-N and prediction answers).
+    pub fn user_answer(user: &str, model_version: i64, guarantee: &impl Serialize) -> Self {
+        let mut o = Self::new();
+        o.raw("{\"user\":")
+            .str(user)
+            .raw(",\"model_version\":")
+            .value(&model_version)
+            .raw(",\"guarantee\":")
+            .value(guarantee);
+        o
+    }
+
     pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }

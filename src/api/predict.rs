@@ -121,14 +121,8 @@ struct PredictionsOut<'a> {
 impl PredictionsOut<'_> {
     /// The JSON of [`Predictions`], field by field in its order.
     fn write(&self) -> JsonOut {
-        let mut o = JsonOut::new();
-        o.raw("{\"user\":")
-            .str(self.user)
-            .raw(",\"model_version\":")
-            .value(&self.model_version)
-            .raw(",\"guarantee\":")
-            .value(&self.guarantee)
-            .raw(",\"predictions\":[");
+        let mut o = JsonOut::user_answer(self.user, self.model_version, &self.guarantee);
+        o.raw(",\"predictions\":[");
         for (k, (item, rating)) in self.items.iter().zip(self.ratings).enumerate() {
             o.raw(if k == 0 { "{\"item\":" } else { ",{\"item\":" })
                 .str(item)

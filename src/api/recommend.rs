@@ -195,21 +195,15 @@ enum PageItems<'a> {
 impl RecommendationsOut<'_> {
     /// The JSON of [`Recommendations`], field by field in its order.
     fn write(&self) -> JsonOut {
-        let mut o = JsonOut::new();
-        o.raw("{\"user\":")
-            .str(self.user)
-            .raw(",\"model_version\":")
-            .value(&self.model_version)
-            .raw(",\"guarantee\":")
-            .value(&self.guarantee)
-            .raw(if self.fallback {
-                ",\"fallback\":true"
-            } else {
-                ",\"fallback\":false"
-            })
-            .raw(",\"source\":")
-            .str(self.source)
-            .raw(",\"items\":");
+        let mut o = JsonOut::user_answer(self.user, self.model_version, &self.guarantee);
+        o.raw(if self.fallback {
+            ",\"fallback\":true"
+        } else {
+            ",\"fallback\":false"
+        })
+        .raw(",\"source\":")
+        .str(self.source)
+        .raw(",\"items\":");
         match &self.items {
             PageItems::Indexed(ids, page) => {
                 o.raw("[");
