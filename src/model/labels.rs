@@ -296,6 +296,33 @@ impl ColdItems {
     }
 }
 
+/// How one user's list scores the items outside its release ([`LabelledRanker::cold_scale`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColdScale {
+    /// The label list answers: a cold item's label score (its labels' typical count plus
+    /// the user's lift) is on the list's scale. Holds the user's lift.
+    Labels(Vec<f64>),
+    /// The fused list: a cold item has no rank in the item-side list, so it holds only the
+    /// label half of the fusion, `1 / (K + r)`, at the rank `r` its label score takes
+    /// among the release's items (after those of an equal score). Holds the user's lift
+    /// and the release's label scores, best first.
+    Fused { lift: Vec<f64>, release: Vec<f64> },
+}
+
+impl ColdScale {
+    /// Cold item `k`'s score in the user's list.
+    pub fn score(&self, cold: &ColdItems, k: usize) -> f64 {
+        match self {
+            Self::Labels(lift) => cold.score(lift, k),
+            Self::Fused { lift, release } => {
+                let s = cold.score(lift, k);
+                let rank = release.partition_point(|&x| x >= s);
+                1.0 / (FUSION_K + rank as f64)
+            }
+        }
+    }
+}
+
 /// The constant of the reciprocal-rank fusion of a personalised item-side list with the
 /// label list: an item scores `1 / (K + rank)` in each (ranks from 0) and the sums order
 /// the list. 60 is the value of the method's authors (Cormack, Clarke and Buettcher,
@@ -359,10 +386,19 @@ impl LabelledRanker {
         (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
     }
 
-    /// The user's label lift when the label list answers the user's list (scores of
-    /// items outside the release are then on the list's scale); `None` otherwise.
-    pub fn label_list_lift(&self, own: &[(usize, f64)]) -> Option<Vec<f64>> {
-        self.labelled(own)
+    /// How `own`'s list scores items outside the release ([`ColdItems`]): on the label
+    /// list's scale when the label list answers, by the label half of the fusion when the
+    /// list is fused; `None` when neither (the inner model's list, or no labelled item).
+    pub fn cold_scale(&self, own: &[(usize, f64)]) -> Option<ColdScale> {
+        if let Some(lift) = self.labelled(own) {
+            return Some(ColdScale::Labels(lift));
+        }
+        let lift = self.fused(own)?;
+        let mut release: Vec<f64> = (0..self.inner.n_items)
+            .map(|j| self.label_score(&lift, j))
+            .collect();
+        release.sort_unstable_by(|a, b| b.total_cmp(a));
+        Some(ColdScale::Fused { lift, release })
     }
 
     /// The label model of `ranker`, when it is one.
@@ -520,25 +556,29 @@ mod tests {
         }
     }
 
-    /// A user the item-side model personalises for gets its list and the label list fused
-    /// by reciprocal rank: each item `1 / (60 + rank)` in both, summed.
-    #[test]
-    fn a_personalised_list_is_fused_with_the_label_list_by_rank() {
-        // Item-item weights over candidates 0..3: rating item 0 favours item 3, then 1.
+    /// An item-item model over candidates 0..3: rating item 0 favours item 3, then 1.
+    fn item_item() -> ItemRanker {
         let b = vec![
             0.0, 0.5, 0.1, 0.9, //
             0.5, 0.0, 0.2, 0.1, //
             0.1, 0.2, 0.0, 0.3, //
             0.9, 0.1, 0.3, 0.0,
         ];
-        let inner = ItemRanker::new(
+        ItemRanker::new(
             4,
             vec![0, 1, 2, 3],
             vec![10.0, 12.0, 11.0, 3.0],
             ItemScorer::ItemItem { b },
             0.0,
         )
-        .with_fill(vec![10.0, 12.0, 11.0, 3.0]);
+        .with_fill(vec![10.0, 12.0, 11.0, 3.0])
+    }
+
+    /// A user the item-side model personalises for gets its list and the label list fused
+    /// by reciprocal rank: each item `1 / (60 + rank)` in both, summed.
+    #[test]
+    fn a_personalised_list_is_fused_with_the_label_list_by_rank() {
+        let inner = item_item();
         let r = LabelledRanker {
             inner: inner.clone(),
             lift: lift(),
@@ -606,6 +646,51 @@ mod tests {
             ..m
         };
         assert!(old.cold_items(7, [("a", &a[..])]).is_empty());
+    }
+
+    /// A cold item in a label list scores its label score; in a fused list it holds the
+    /// label half of the fusion only, `1 / (60 + r)` at the rank `r` its label score takes
+    /// among the release's items, so items high in both lists stay ahead of it.
+    #[test]
+    fn cold_items_take_the_label_half_of_a_fused_list() {
+        let (comedy, drama) = (["comedy".to_string()], ["drama".to_string()]);
+        let labels_only = LabelledRanker {
+            inner: ItemRanker::new(4, vec![0, 1], vec![10.0, 12.0], ItemScorer::Popularity, 0.0)
+                .with_fill(vec![10.0, 12.0, 11.0, 3.0]),
+            lift: lift(),
+        };
+        let cold = labels_only
+            .lift
+            .cold_items(7, [("comedy", &comedy[..]), ("drama", &drama[..])]);
+        let own = [(0, 5.0)];
+        let l = labels_only.lift.user_lift(&own).unwrap();
+        let scale = labels_only.cold_scale(&own).unwrap();
+        assert_eq!(scale, ColdScale::Labels(l.clone()));
+        assert_eq!(scale.score(&cold, 0), cold.score(&l, 0));
+
+        let fused = LabelledRanker {
+            inner: item_item(),
+            lift: lift(),
+        };
+        let scale = fused.cold_scale(&own).unwrap();
+        // The user's label scores: comedy items 0 (count 10) and 2 (11, also drama) lifted,
+        // drama item 1 (12) lowered, item 3 (3, no label) as is.
+        let label: Vec<f64> = (0..4)
+            .map(|j| fused.lift.base[j] + fused.lift.term(&l, j))
+            .collect();
+        let above = |k: usize| label.iter().filter(|&&x| x >= cold.score(&l, k)).count();
+        // The typical comedy count (10.33) tops the user's label list; the typical drama
+        // count (11.67), lowered by the user's taste, comes after items 0, 2 and 1.
+        assert_eq!((above(0), above(1)), (0, 3), "{label:?}");
+        assert_eq!(scale.score(&cold, 0), 1.0 / 60.0);
+        assert_eq!(scale.score(&cold, 1), 1.0 / 63.0);
+        // Below the fused list's best item, which is high in both lists.
+        let mut out = vec![0.0; 4];
+        fused.score_items(None, &own, &mut out);
+        let best = out.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert!(scale.score(&cold, 0) < best, "{out:?}");
+        // A user without a labelled item gets the inner list: no cold item in it.
+        assert_eq!(fused.cold_scale(&[(3, 4.0)]), None);
     }
 
     /// The Dirichlet estimate: a user whose two labelled items carry label 0 only has

@@ -2,7 +2,9 @@
 //! for them, but the catalogue gives their labels, which are public. Where the served
 //! model has a label model ([`crate::model::labels::LabelLift`]), a user whose list the
 //! label model answers gets these items scored on the same scale as the release's: their
-//! labels' typical count plus the user's own label lift. A cold item's similar items are
+//! labels' typical count plus the user's own label lift. In a fused list (the item-side
+//! list and the label list) they hold the label half of the fusion only, at the rank their
+//! label score takes among the release's items. A cold item's similar items are
 //! the release's items that share its labels. Everything here is a function of the
 //! published model, the public catalogue and the asking user's own ratings: no charge.
 //!
@@ -65,9 +67,9 @@ impl Registry {
 }
 
 impl Published {
-    /// [`Published::top_n_for`] with the cold items merged by score where the label model
-    /// answers the user's list (a cold item the user rated is left out unless
-    /// `include_rated`); the list is otherwise unchanged.
+    /// [`Published::top_n_for`] with the cold items merged by score where the user's list
+    /// is the label list or the fused list ([`crate::model::labels::ColdScale`]; a cold item the user rated is
+    /// left out unless `include_rated`); the list is otherwise unchanged.
     pub fn top_n_with_cold(
         &self,
         cold: Option<&ColdItems>,
@@ -77,16 +79,16 @@ impl Published {
         offset: usize,
         include_rated: bool,
     ) -> TopN {
-        let lift = cold
+        let scale = cold
             .filter(|c| c.release_id == self.release_id && !c.is_empty() && !facts.deleted)
             .and_then(|c| {
                 Some((
                     c,
                     LabelledRanker::of(self.ranker.as_deref()?)?
-                        .label_list_lift(&self.own_indices(facts))?,
+                        .cold_scale(&self.own_indices(facts))?,
                 ))
             });
-        let Some((cold, lift)) = lift else {
+        let Some((cold, scale)) = scale else {
             return self.top_n_for(user, facts, n, offset, include_rated);
         };
         let k = offset.saturating_add(n);
@@ -103,7 +105,7 @@ impl Published {
                 .filter(|(_, id)| !rated.contains(id.as_str()))
                 .map(|(c, id)| Scored {
                     item: id.clone(),
-                    score: cold.score(&lift, c),
+                    score: scale.score(cold, c),
                     explanations: None,
                 }),
         );
