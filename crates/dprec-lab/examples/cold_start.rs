@@ -1,9 +1,10 @@
-//! Cold start: items with public labels but no ratings, at the first release of the
-//! served `dp-topn`.
+//! Cold start: items with public labels but no ratings, as the served `dp-topn` lists
+//! them after its first release or after `--releases N` (the counts and the Gram combined
+//! over N releases, as `dprec-lab eval --releases-seen N`).
 //!
 //! ```text
 //! cargo run --release -p dprec-lab --example cold_start -- --data /path/to/ml-100k
-//!     [--hide 0.1] [--seeds 3] [--top 50]
+//!     [--hide 0.1] [--seeds 3] [--top 50] [--releases 1]
 //! ```
 //!
 //! On each MovieLens-100K fold u1..u5 and noise seed, a seeded `--hide` share of the
@@ -11,7 +12,9 @@
 //! genres (u.item) stay known. Three ways of serving them are measured:
 //! - **after the release**: the items were registered after the release, which does not
 //!   hold them; the served label model ranks them by their labels' typical count and the
-//!   user's own label lift (`LabelLift::cold_items`, what the service does);
+//!   user's own label lift (`LabelLift::cold_items`, what the service does); in a user's
+//!   fused list (once the Gram is served) they hold the label half of the fusion
+//!   (`ColdScale`);
 //! - **in the release, unrated**: the release holds them with DP counts of zero ratings;
 //! - **labels off**: as the previous, without the label model.
 //!
@@ -19,14 +22,15 @@
 //! pair is found when the item is in the user's top `--top` list (the user's own training
 //! items excluded). Printed: pairs found by each, and what random placement of the hidden
 //! items would find (each pair `min(1, top / unrated)`, `unrated` the user's candidate
-//! items), as totals over the folds and per seed.
+//! items), as totals over the folds and per seed, and how many of the items registered
+//! after the release were found in fused lists.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use dprec::data::{Interactions, RatingScale, Ratings};
-use dprec::model::labels::{ColdItems, ItemLabels, LabelledRanker};
+use dprec::model::labels::{ColdItems, ColdScale, ItemLabels, LabelledRanker};
 use dprec::model::ranker::top_k;
 use dprec::train::{self, Params, Ranker, TrainData, Trainer};
 use dprec_lab::eval::ranking::own_ratings;
@@ -38,6 +42,7 @@ struct Args {
     hide: f64,
     seeds: u64,
     top: usize,
+    releases: u64,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -48,6 +53,7 @@ fn args() -> anyhow::Result<Args> {
         hide: 0.1,
         seeds: 3,
         top: 50,
+        releases: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -57,10 +63,12 @@ fn args() -> anyhow::Result<Args> {
             "--hide" => a.hide = v.parse()?,
             "--seeds" => a.seeds = v.parse()?,
             "--top" => a.top = v.parse()?,
+            "--releases" => a.releases = v.parse()?,
             other => anyhow::bail!("unknown argument {other:?}"),
         }
     }
     anyhow::ensure!(a.hide > 0.0 && a.hide < 1.0, "--hide must be in (0, 1)");
+    anyhow::ensure!(a.releases >= 1, "--releases must be at least 1");
     Ok(a)
 }
 
@@ -118,7 +126,8 @@ fn found(
 /// Pairs found when the hidden items were registered after the release: `ranker` holds
 /// the kept items only (its item `k` is the fold's item `keep[k]`), and the hidden ones
 /// are ranked as the cold items of its label model (`cold_fold[c]`: the fold's index of
-/// cold item `c`) where the label model answers the user's list.
+/// cold item `c`) where the user's list is the label list or the fused list. Also how
+/// many of those were found in fused lists.
 fn found_after(
     ranker: &dyn Ranker,
     train: &Interactions,
@@ -127,10 +136,10 @@ fn found_after(
     cold_fold: &[usize],
     pairs: &[(usize, Vec<usize>)],
     top: usize,
-) -> usize {
+) -> (usize, usize) {
     let mut scores = vec![0.0; ranker.n_items()];
     let mut own_item = vec![false; ranker.n_items()];
-    let mut hits = 0;
+    let (mut hits, mut fused) = (0, 0);
     for (u, hidden) in pairs {
         let own = own_ratings(train, *u);
         own.iter().for_each(|&(k, _)| own_item[k] = true);
@@ -142,17 +151,34 @@ fn found_after(
             .map(|(k, &s)| (s, keep[k]))
             .collect();
         own.iter().for_each(|&(k, _)| own_item[k] = false);
-        if let Some(lift) = LabelledRanker::of(ranker).and_then(|l| l.label_list_lift(&own)) {
-            list.extend((0..cold.ids.len()).map(|c| (cold.score(&lift, c), cold_fold[c])));
+        let scale = LabelledRanker::of(ranker).and_then(|l| l.cold_scale(&own));
+        if let Some(scale) = &scale {
+            list.extend((0..cold.ids.len()).map(|c| (scale.score(cold, c), cold_fold[c])));
         }
         list.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         list.truncate(top);
-        hits += hidden
+        let found = hidden
             .iter()
             .filter(|j| list.iter().any(|&(_, i)| i == **j))
             .count();
+        hits += found;
+        if matches!(scale, Some(ColdScale::Fused { .. })) {
+            fused += found;
+        }
     }
-    hits
+    (hits, fused)
+}
+
+/// `trainer` as served after `releases` releases.
+fn served(trainer: Box<dyn Trainer>, releases: u64) -> Arc<dyn Trainer> {
+    match releases {
+        1 => Arc::from(trainer),
+        releases => Arc::new(train::AfterReleases {
+            inner: Arc::from(trainer),
+            releases,
+            arrivals: false,
+        }),
+    }
 }
 
 fn fit(
@@ -177,8 +203,8 @@ fn after_release(
     scale: RatingScale,
     seed: u64,
     pairs: &[(usize, Vec<usize>)],
-    top: usize,
-) -> anyhow::Result<usize> {
+    a: &Args,
+) -> anyhow::Result<(usize, usize)> {
     let keep: Vec<usize> = (0..hidden.len()).filter(|&j| !hidden[j]).collect();
     let mut at = vec![usize::MAX; hidden.len()];
     keep.iter().enumerate().for_each(|(k, &j)| at[j] = k);
@@ -189,12 +215,15 @@ fn after_release(
             train.push(fold_train.users[i], at[j] as u32, fold_train.values[i]);
         }
     }
-    let trainer = train::build("dp-topn", &Params::parse::<&str>(&[])?)?
-        .with_item_labels(labels_of(genres, &keep))
-        .context("dp-topn takes labels")?;
+    let trainer = served(
+        train::build("dp-topn", &Params::parse::<&str>(&[])?)?
+            .with_item_labels(labels_of(genres, &keep))
+            .context("dp-topn takes labels")?,
+        a.releases,
+    );
     let (ranker, matrix) = fit(trainer.as_ref(), &train, scale, seed)?;
     let Some(lift) = LabelledRanker::of(ranker.as_ref()).and_then(|l| l.label_model()) else {
-        return Ok(0);
+        return Ok((0, 0));
     };
     let ids: Vec<(String, &[String])> = (0..hidden.len())
         .filter(|&j| hidden[j])
@@ -213,7 +242,7 @@ fn after_release(
         &cold,
         &cold_fold,
         pairs,
-        top,
+        a.top,
     ))
 }
 
@@ -222,16 +251,23 @@ fn main() -> anyhow::Result<()> {
     let f = folds::predefined_ml100k(&a.data)?;
     let genres = genres(&a.data, &f.items)?;
     let all: Vec<usize> = (0..f.items.len()).collect();
-    let on = train::build("dp-topn", &Params::parse::<&str>(&[])?)?
-        .with_item_labels(labels_of(&genres, &all))
-        .context("dp-topn takes labels")?;
-    let off = train::build("dp-topn", &Params::parse(&["labels=off"])?)?;
+    let on = served(
+        train::build("dp-topn", &Params::parse::<&str>(&[])?)?
+            .with_item_labels(labels_of(&genres, &all))
+            .context("dp-topn takes labels")?,
+        a.releases,
+    );
+    let off = served(
+        train::build("dp-topn", &Params::parse(&["labels=off"])?)?,
+        a.releases,
+    );
     println!(
-        "hidden share {}, top {}; pairs = (user, hidden item rated >= 4 in the test set)",
-        a.hide, a.top
+        "releases {}, hidden share {}, top {}; pairs = (user, hidden item rated >= 4 in the test set)",
+        a.releases, a.hide, a.top
     );
     println!("seed  pairs  after-release  in-release  labels-off  random");
     let (mut all_after, mut all_on, mut all_off, mut all_random, mut all_pairs) = (0, 0, 0, 0.0, 0);
+    let mut all_fused = 0;
     for seed in 0..a.seeds {
         let (mut p_after, mut p_on, mut p_off, mut p_random, mut n_pairs) = (0, 0, 0, 0.0, 0);
         for (k, fold) in f.folds.iter().enumerate() {
@@ -264,15 +300,16 @@ fn main() -> anyhow::Result<()> {
             let (r, m) = fit(on.as_ref(), &train, f.scale, fold_seed)?;
             let (hits, random) = found(r.as_ref(), &m, &pairs, n_items, a.top);
             let (r, m) = fit(off.as_ref(), &train, f.scale, fold_seed)?;
-            p_after += after_release(
+            let (after, fused) = after_release(
                 &genres,
                 &fold.train,
                 &hidden,
                 f.scale,
                 fold_seed,
                 &pairs,
-                a.top,
+                &a,
             )?;
+            (p_after, all_fused) = (p_after + after, all_fused + fused);
             p_on += hits;
             p_off += found(r.as_ref(), &m, &pairs, n_items, a.top).0;
             p_random += random;
@@ -291,13 +328,15 @@ fn main() -> anyhow::Result<()> {
     let share = |x: f64| 100.0 * x / all_pairs.max(1) as f64;
     println!(
         "found in the top {}: registered after the release {:.1}%, in the release unrated {:.1}%, \
-         labels off {:.1}%, random placement {:.1}% of {} pairs",
+         labels off {:.1}%, random placement {:.1}% of {} pairs; of those found after the \
+         release, {} in fused lists",
         a.top,
         share(all_after as f64),
         share(all_on as f64),
         share(all_off as f64),
         share(all_random),
-        all_pairs
+        all_pairs,
+        all_fused
     );
     Ok(())
 }
