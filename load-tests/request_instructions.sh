@@ -44,6 +44,8 @@ for tool in valgrind callgrind_control wrk sqlite3; do
 done
 # shellcheck source=../scripts/lib/service.sh
 . "$root/scripts/lib/service.sh"
+# shellcheck source=wrk_scripts.sh
+. "$root/load-tests/wrk_scripts.sh"
 scratch_setup
 export DPREC_SCHEDULER__ENABLED=false DPREC_RELEASE__PUBLISH_DELAY_SECS=0
 # The check for other processes' writes is not a request's cost: out of the windows.
@@ -84,23 +86,8 @@ stop
 sqlite3 "$scratch/topn/dprec.sqlite" "SELECT DISTINCT user_id FROM ratings WHERE value IS NOT NULL" >"$scratch/users.txt"
 sqlite3 "$scratch/topn/dprec.sqlite" "SELECT id FROM items" >"$scratch/items.txt"
 
-lua_list() { awk 'BEGIN { printf "{" } { printf "%s\"%s\"", (NR > 1 ? "," : ""), $1 } END { print "}" }' "$1"; }
 for kind in topn pred; do
-    cat >"$scratch/$kind.lua" <<LUA
-math.randomseed(42)
-wrk.headers["Authorization"] = "Bearer $ADMIN"
-local users = $(lua_list "$scratch/users.txt")
-local items = $(lua_list "$scratch/items.txt")
-request = function()
-  local u = users[math.random(#users)]
-  if "$kind" == "topn" then
-    return wrk.format("GET", "/v1/users/" .. u .. "/recommendations?n=10")
-  end
-  local pick = {}
-  for k = 1, 10 do pick[k] = items[math.random(#items)] end
-  return wrk.format("GET", "/v1/users/" .. u .. "/predictions?items=" .. table.concat(pick, ","))
-end
-LUA
+    random_requests_lua "$scratch/$kind.lua" "$scratch/users.txt" "$scratch/items.txt" "$kind" "$ADMIN"
 done
 
 printf '%-24s %-8s %-8s %9s %15s %13s\n' binary store route requests instructions "per request"

@@ -3,7 +3,7 @@
 # to the same server's /healthz in the same run (loopback only, bounded in time).
 #
 #   load-tests/topn_cost.sh [--bin PATH]... [--data DIR | --store DIR [--pg DB]]
-#                           [--duration S] [--warmup S] [--no-predictions]
+#                           [--duration S] [--warmup S] [--no-predictions] [--no-topn]
 #
 # 1. the store: MovieLens-100K from --data DIR (default ../shared/datasets/ml-100k)
 #    imported through the API into a scratch SQLite store, or a copy of a store made by
@@ -22,7 +22,8 @@
 #    seconds (default 10) per line, back to back: /healthz, top-N of random users (n=10) and predictions of random users (10
 #    random items) at 32 and at 4 connections, then at 4 connections the users with about
 #    10, 100 and 1,000 ratings (up to 200 users whose count is within 20% of each; a
-#    store without such users prints nothing for them);
+#    store without such users prints nothing for them); --no-predictions leaves the
+#    predictions out (and their release), --no-topn the top-N runs;
 # 4. prints one line per run: requests/s, p50, p99, and requests/s as a ratio to /healthz
 #    at the same connections with the same binary; then per service its resident memory
 #    at the end (VmRSS) and the peak (VmHWM).
@@ -38,6 +39,7 @@ pg=""
 duration=10
 warmup=3
 predictions=1
+topn=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bins+=("$(realpath "$2")"); shift 2 ;;
@@ -47,6 +49,7 @@ while [ $# -gt 0 ]; do
         --duration) duration=$2; shift 2 ;;
         --warmup) warmup=$2; shift 2 ;;
         --no-predictions) predictions=0; shift ;;
+        --no-topn) topn=0; shift ;;
         *) echo "topn_cost: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -54,6 +57,8 @@ done
 command -v wrk >/dev/null || { echo "topn_cost: wrk is needed (apt-get install wrk)" >&2; exit 2; }
 # shellcheck source=../scripts/lib/service.sh
 . "$root/scripts/lib/service.sh"
+# shellcheck source=wrk_scripts.sh
+. "$root/load-tests/wrk_scripts.sh"
 scratch_setup
 export DPREC_SCHEDULER__ENABLED=false
 # Releases become visible at their commit: the script waits for them, not for a delay.
@@ -139,30 +144,14 @@ sql "$url_topn" "SELECT user_id, COUNT(*) FROM ratings WHERE value IS NOT NULL G
     tr '|' ' ' >"$counts"
 sql "$url_topn" "SELECT id FROM items" >"$scratch/items.txt"
 echo "store: $(wc -l <"$counts") users with ratings, $(wc -l <"$scratch/items.txt") items" >&2
-lua_list() { awk 'BEGIN { printf "{" } { printf "%s\"%s\"", (NR > 1 ? "," : ""), $1 } END { print "}" }' "$1"; }
+
 awk '{ print $1 }' "$counts" >"$scratch/users_all.txt"
 for c in 10 100 1000; do
     # (Not `| head`: with pipefail, awk's broken pipe on a large store ends the script.)
     awk -v c="$c" '$2 >= 0.8 * c && $2 <= 1.2 * c && k++ < 200 { print $1 }' "$counts" >"$scratch/users_$c.txt"
 done
 # wrk script: GET PATH for random users of LIST (predictions: 10 random items).
-lua() { # NAME USERS KIND
-    cat >"$scratch/$1.lua" <<LUA
-math.randomseed(42)
-wrk.headers["Authorization"] = "Bearer $ADMIN"
-local users = $(lua_list "$2")
-local items = $(lua_list "$scratch/items.txt")
-request = function()
-  local u = users[math.random(#users)]
-  if "$3" == "topn" then
-    return wrk.format("GET", "/v1/users/" .. u .. "/recommendations?n=10")
-  end
-  local pick = {}
-  for k = 1, 10 do pick[k] = items[math.random(#items)] end
-  return wrk.format("GET", "/v1/users/" .. u .. "/predictions?items=" .. table.concat(pick, ","))
-end
-LUA
-}
+lua() { random_requests_lua "$scratch/$1.lua" "$2" "$scratch/items.txt" "$3" "$ADMIN"; }
 # The warm-up: every user once, in order (thread k of 2 takes every other one).
 warm_lua() { # NAME USERS KIND
     cat >"$scratch/$1.lua" <<LUA
@@ -207,6 +196,7 @@ for bin in "${bins[@]}"; do
     name=$(basename "$(dirname "$bin")")/$(basename "$bin")
     for kind in topn pred; do
         [ "$kind" = pred ] && [ "$predictions" = 0 ] && continue
+        [ "$kind" = topn ] && [ "$topn" = 0 ] && continue
         url=url_$kind
         serve_on "$bin" "${!url}"
         wrk -t2 -c32 -d"${warmup}s" -s "$scratch/${kind}_warm.lua" "$B" >"$scratch/warm.txt"
