@@ -274,7 +274,7 @@ fn assert_trace_noise_scale(
 /// first, 20,000 items' (pooled - exact) have sd within 3% of `z count_clip`
 /// (estimate's relative sd 0.5%, plus 1/12 from rounding), the noise of a counts-only
 /// release of the whole budget; 0.9x and 1.1x scales are outside. (The trace's scale:
-/// `select_split_first_release_steers_by_the_trace`.)
+/// `repeated::select_split_first_release_steers_by_the_trace`.)
 #[test]
 fn second_count_release_noise_has_the_planned_scale() {
     let z = plan_z(5.0, 1);
@@ -538,148 +538,6 @@ fn taste_or_noise(groups: bool, g: &mut DpRng) -> Ratings {
     r
 }
 
-/// A selecting release without a state spends `STATELESS_TRACE_SHARE` (0.005) on the
-/// trace test, at `z_t = z / sqrt(0.005)`, the rest of the steering share on the rest
-/// (`z / sqrt(rest + 0.045)`), and draws no difference. The trace's noise: 1,500
-/// first releases of a small store, (noisy - exact) / (z_t gram_clip^2) has sample sd
-/// within 6% of 1 (the estimate's relative sd is 1.8%, so 3.3 sd; seeds fixed); 0.9x
-/// and 1.1x scales are outside. Every record has the rest at its scale, and the pooled
-/// counts of a counts release have the sd of the two count releases' at their scales.
-/// Its rating-level multiplier is at least the one the charges are computed for. On
-/// two strong taste groups at a large budget the trace picks the Gram at once and EASE
-/// is served from the first release; the second release (counts, exploring) draws the
-/// first difference.
-#[test]
-fn select_split_first_release_steers_by_the_trace() {
-    let r = synthetic(400, 50, 10);
-    let m = Interactions::new(&r);
-    let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
-    let t = trainer(&[
-        "split=select",
-        "eps=5",
-        "releases=1",
-        "threshold=0",
-        "gram_clip=2",
-    ]);
-    let z = plan_z(5.0, 1);
-    let z_s = t.select_multiplier().unwrap().unwrap();
-    assert!((z_s - z / 0.05f64.sqrt()).abs() < 1e-9);
-    let (count, rest) = t.shares();
-    let (z_t, z_rest) = t.stateless_multipliers().unwrap();
-    assert!((z_t - z / 0.005f64.sqrt()).abs() < 1e-9);
-    assert!((z_rest - z / (rest + 0.045).sqrt()).abs() < 1e-9);
-    assert!((count + rest + 0.05 - 1.0).abs() < 1e-12);
-    let (_, z_c, _) = t.multipliers().unwrap();
-    let pooled_sd = 1.0 / (1.0 / (z_c * 4.0).powi(2) + 1.0 / (z_rest * 4.0).powi(2)).sqrt();
-    // gram_clip 2: a rating moves the trace by at most 1, a user by 4.
-    let actual = steered_rating_multiplier(z_c, z_t * 4.0, z_rest, &t.contribution);
-    assert!(actual >= t.rating_z(true).unwrap());
-    assert_trace_noise_scale(&t, &data, z_t, 1500, |params| {
-        assert_eq!(params["select"]["n"], 0);
-        assert!((params["z_gram"].as_f64().unwrap() - z_rest).abs() < 1e-9);
-        if params["spent_on"] == "counts" {
-            let sd = params["sigma_count"].as_f64().unwrap();
-            assert!((sd - pooled_sd).abs() < 1e-9, "{sd} against {pooled_sd}");
-        }
-    });
-
-    let taste = taste_or_noise(true, &mut dprec_dp::rng::seeded(5));
-    let m = Interactions::new(&taste);
-    let data = TrainData::new(&taste, &m, RatingScale::ONE_TO_FIVE);
-    let t = trainer(&["split=select", "eps=50", "releases=1"]);
-    let (trail, f) = select_run(&t, &data, 1, 1);
-    assert_eq!(trail, "G");
-    assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
-    let select = &f.charges.mechanisms[0].params["select"];
-    assert_eq!(
-        (&select["n"], &select["decision"]),
-        (&0.into(), &"ease".into())
-    );
-    let (trail, f) = select_run(&t, &data, 2, 1);
-    assert_eq!(trail, "Gc");
-    assert_eq!(f.charges.mechanisms[0].params["select"]["n"], 1);
-    assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
-}
-
-/// `select_refresh`: when the popular items move (items 0-59, then 60-119), the held
-/// candidates go stale as the combined counts follow; with `select_refresh=0.5` a
-/// release then runs without the state (its record has the trace test) and the new
-/// state's candidates are the new items' (0.5 is the default); with 0 the state never
-/// restarts and keeps the old items.
-#[test]
-fn select_refresh_restarts_a_stale_state() {
-    let shifted = |offset: u32, g: &mut DpRng| {
-        let mut r = Ratings::with_dims(1_000, 120);
-        for u in 0..1_000u32 {
-            let mut items: Vec<u32> = (0..60).map(|j| j + offset).collect();
-            items.shuffle(g);
-            items[..20].iter().for_each(|&j| r.push(u, j, 4.0));
-        }
-        r
-    };
-    let mut g = dprec_dp::rng::seeded(3);
-    let (a, b) = (shifted(0, &mut g), shifted(60, &mut g));
-    let (ma, mb) = (Interactions::new(&a), Interactions::new(&b));
-    let (da, db) = (
-        TrainData::new(&a, &ma, RatingScale::ONE_TO_FIVE),
-        TrainData::new(&b, &mb, RatingScale::ONE_TO_FIVE),
-    );
-    let run = |refresh: &str| {
-        let t = trainer(&[
-            "split=select",
-            "releases=20",
-            &format!("select_refresh={refresh}"),
-        ]);
-        let mut rng = dprec_dp::rng::seeded(4);
-        let mut state: Option<CountHistory> = None;
-        let mut restarts = Vec::new();
-        for r in 0..30 {
-            let d = TrainData {
-                prior_counts: state.as_ref(),
-                ..if r < 4 { da } else { db }
-            };
-            let f = t.fit(&d, &mut rng).unwrap();
-            if r > 0 && !f.charges.mechanisms[0].params["trace"].is_null() {
-                restarts.push(r);
-            }
-            state = f.ranker.as_ref().unwrap().count_history().cloned();
-        }
-        (restarts, state.unwrap())
-    };
-    let (restarts, state) = run("0.5");
-    assert!(!restarts.is_empty() && restarts[0] >= 4, "{restarts:?}");
-    let held = &state.gram.as_ref().unwrap().candidates;
-    assert!(
-        !held.is_empty() && held.iter().all(|&j| j >= 60),
-        "{held:?}"
-    );
-    let (restarts, state) = run("0");
-    assert!(restarts.is_empty(), "{restarts:?}");
-    assert!(state
-        .gram
-        .as_ref()
-        .unwrap()
-        .candidates
-        .iter()
-        .all(|&j| j < 60));
-    assert!(DpTopN::from_params(&Params::parse(&["select_refresh=1.5"]).unwrap()).is_err());
-}
-
-/// Random ratings (no taste): scored leave-user-out, the difference favours the counts
-/// (EASE fitted without a user's rows finds nothing of theirs on random items), so
-/// after exploring every release goes to counts and the counts are served, at the
-/// default noise and (mostly) at four times it. Scored in sample, it leaned to EASE:
-/// at the default noise it served EASE here, and at 4x noise its final z over seeds
-/// 1-8 averaged 0.47 (now 0.22; -3.0 to -5.3 at the default noise, seeds 2-6).
-/// One seed at the default noise here (20 releases, about 2 s); seeds 2 and 3 and the
-/// 8 runs at four times the noise are [`repeated::select_split_stays_on_counts_over_seeds`]
-/// (ignored; CI runs it, docs/DEVELOPING.md).
-#[test]
-fn select_split_stays_on_counts_on_noise() {
-    let noise = taste_or_noise(false, &mut dprec_dp::rng::seeded(5));
-    stays_on_counts_at_the_default_noise(&noise, 1..=1);
-}
-
 /// At the default noise, `select_run` of 20 releases from each seed explores, then
 /// goes to counts and serves them, with a negative combined difference.
 fn stays_on_counts_at_the_default_noise(noise: &Ratings, seeds: std::ops::RangeInclusive<u64>) {
@@ -696,17 +554,150 @@ fn stays_on_counts_at_the_default_noise(noise: &Ratings, seeds: std::ops::RangeI
     }
 }
 
-/// The selecting split's runs of many releases over several seeds (about 20 s each
-/// on 2 cores): `#[ignore]`d in a plain `cargo test`, run by CI as its own step
+/// The selecting split's runs of many releases or seeds (6-25 s each on 2 cores):
+/// `#[ignore]`d in a plain `cargo test`, run by CI as its own step
 /// (`cargo test -- --ignored repeated::`, docs/DEVELOPING.md).
 mod repeated {
     use super::*;
 
-    /// [`super::select_split_stays_on_counts_on_noise`] over seeds 1-3, and where the
-    /// averaged Gram is noise (4 times the noise): over 8 runs at least 95% of the
-    /// releases after exploring go to counts and the mean final z is below 0.5 (a
-    /// rule that followed the Gram regardless, or a difference of the wrong scale,
-    /// fails).
+    /// A selecting release without a state spends `STATELESS_TRACE_SHARE` (0.005) on the
+    /// trace test, at `z_t = z / sqrt(0.005)`, the rest of the steering share on the rest
+    /// (`z / sqrt(rest + 0.045)`), and draws no difference. The trace's noise: 1,500
+    /// first releases of a small store, (noisy - exact) / (z_t gram_clip^2) has sample sd
+    /// within 6% of 1 (the estimate's relative sd is 1.8%, so 3.3 sd; seeds fixed); 0.9x
+    /// and 1.1x scales are outside. Every record has the rest at its scale, and the pooled
+    /// counts of a counts release have the sd of the two count releases' at their scales.
+    /// Its rating-level multiplier is at least the one the charges are computed for. On
+    /// two strong taste groups at a large budget the trace picks the Gram at once and EASE
+    /// is served from the first release; the second release (counts, exploring) draws the
+    /// first difference.
+    #[test]
+    #[ignore = "about 6 s: CI runs it (cargo test -- --ignored repeated::)"]
+    fn select_split_first_release_steers_by_the_trace() {
+        let r = synthetic(400, 50, 10);
+        let m = Interactions::new(&r);
+        let data = TrainData::new(&r, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&[
+            "split=select",
+            "eps=5",
+            "releases=1",
+            "threshold=0",
+            "gram_clip=2",
+        ]);
+        let z = plan_z(5.0, 1);
+        let z_s = t.select_multiplier().unwrap().unwrap();
+        assert!((z_s - z / 0.05f64.sqrt()).abs() < 1e-9);
+        let (count, rest) = t.shares();
+        let (z_t, z_rest) = t.stateless_multipliers().unwrap();
+        assert!((z_t - z / 0.005f64.sqrt()).abs() < 1e-9);
+        assert!((z_rest - z / (rest + 0.045).sqrt()).abs() < 1e-9);
+        assert!((count + rest + 0.05 - 1.0).abs() < 1e-12);
+        let (_, z_c, _) = t.multipliers().unwrap();
+        let pooled_sd = 1.0 / (1.0 / (z_c * 4.0).powi(2) + 1.0 / (z_rest * 4.0).powi(2)).sqrt();
+        // gram_clip 2: a rating moves the trace by at most 1, a user by 4.
+        let actual = steered_rating_multiplier(z_c, z_t * 4.0, z_rest, &t.contribution);
+        assert!(actual >= t.rating_z(true).unwrap());
+        assert_trace_noise_scale(&t, &data, z_t, 1500, |params| {
+            assert_eq!(params["select"]["n"], 0);
+            assert!((params["z_gram"].as_f64().unwrap() - z_rest).abs() < 1e-9);
+            if params["spent_on"] == "counts" {
+                let sd = params["sigma_count"].as_f64().unwrap();
+                assert!((sd - pooled_sd).abs() < 1e-9, "{sd} against {pooled_sd}");
+            }
+        });
+
+        let taste = taste_or_noise(true, &mut dprec_dp::rng::seeded(5));
+        let m = Interactions::new(&taste);
+        let data = TrainData::new(&taste, &m, RatingScale::ONE_TO_FIVE);
+        let t = trainer(&["split=select", "eps=50", "releases=1"]);
+        let (trail, f) = select_run(&t, &data, 1, 1);
+        assert_eq!(trail, "G");
+        assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
+        let select = &f.charges.mechanisms[0].params["select"];
+        assert_eq!(
+            (&select["n"], &select["decision"]),
+            (&0.into(), &"ease".into())
+        );
+        let (trail, f) = select_run(&t, &data, 2, 1);
+        assert_eq!(trail, "Gc");
+        assert_eq!(f.charges.mechanisms[0].params["select"]["n"], 1);
+        assert!(matches!(served_scorer(&f), ItemScorer::ItemItem { .. }));
+    }
+
+    /// `select_refresh`: when the popular items move (items 0-59, then 60-119), the held
+    /// candidates go stale as the combined counts follow; with `select_refresh=0.5` a
+    /// release then runs without the state (its record has the trace test) and the new
+    /// state's candidates are the new items' (0.5 is the default); with 0 the state never
+    /// restarts and keeps the old items.
+    #[test]
+    #[ignore = "about 6 s: CI runs it (cargo test -- --ignored repeated::)"]
+    fn select_refresh_restarts_a_stale_state() {
+        let shifted = |offset: u32, g: &mut DpRng| {
+            let mut r = Ratings::with_dims(1_000, 120);
+            for u in 0..1_000u32 {
+                let mut items: Vec<u32> = (0..60).map(|j| j + offset).collect();
+                items.shuffle(g);
+                items[..20].iter().for_each(|&j| r.push(u, j, 4.0));
+            }
+            r
+        };
+        let mut g = dprec_dp::rng::seeded(3);
+        let (a, b) = (shifted(0, &mut g), shifted(60, &mut g));
+        let (ma, mb) = (Interactions::new(&a), Interactions::new(&b));
+        let (da, db) = (
+            TrainData::new(&a, &ma, RatingScale::ONE_TO_FIVE),
+            TrainData::new(&b, &mb, RatingScale::ONE_TO_FIVE),
+        );
+        let run = |refresh: &str| {
+            let t = trainer(&[
+                "split=select",
+                "releases=20",
+                &format!("select_refresh={refresh}"),
+            ]);
+            let mut rng = dprec_dp::rng::seeded(4);
+            let mut state: Option<CountHistory> = None;
+            let mut restarts = Vec::new();
+            for r in 0..30 {
+                let d = TrainData {
+                    prior_counts: state.as_ref(),
+                    ..if r < 4 { da } else { db }
+                };
+                let f = t.fit(&d, &mut rng).unwrap();
+                if r > 0 && !f.charges.mechanisms[0].params["trace"].is_null() {
+                    restarts.push(r);
+                }
+                state = f.ranker.as_ref().unwrap().count_history().cloned();
+            }
+            (restarts, state.unwrap())
+        };
+        let (restarts, state) = run("0.5");
+        assert!(!restarts.is_empty() && restarts[0] >= 4, "{restarts:?}");
+        let held = &state.gram.as_ref().unwrap().candidates;
+        assert!(
+            !held.is_empty() && held.iter().all(|&j| j >= 60),
+            "{held:?}"
+        );
+        let (restarts, state) = run("0");
+        assert!(restarts.is_empty(), "{restarts:?}");
+        assert!(state
+            .gram
+            .as_ref()
+            .unwrap()
+            .candidates
+            .iter()
+            .all(|&j| j < 60));
+        assert!(DpTopN::from_params(&Params::parse(&["select_refresh=1.5"]).unwrap()).is_err());
+    }
+
+    /// Random ratings (no taste): scored leave-user-out, the difference favours the counts
+    /// (EASE fitted without a user's rows finds nothing of theirs on random items), so
+    /// after exploring every release goes to counts and the counts are served, at the
+    /// default noise over seeds 1-3 and (mostly) at four times it. Scored in sample, it
+    /// leaned to EASE: at the default noise it served EASE here, and at 4x noise its final
+    /// z over seeds 1-8 averaged 0.47 (now 0.22; -3.0 to -5.3 at the default noise, seeds
+    /// 2-6). Where the averaged Gram is noise (4 times the noise): over 8 runs at least 95%
+    /// of the releases after exploring go to counts and the mean final z is below 0.5 (a
+    /// rule that followed the Gram regardless, or a difference of the wrong scale, fails).
     #[test]
     #[ignore = "about 20 s: CI runs it (cargo test -- --ignored repeated::)"]
     fn select_split_stays_on_counts_over_seeds() {
