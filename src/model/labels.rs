@@ -304,9 +304,9 @@ pub enum ColdScale {
     Labels(Vec<f64>),
     /// The fused list: a cold item has no rank in the item-side list, so it holds only the
     /// label half of the fusion, `1 / (K + r)`, at the rank `r` its label score takes
-    /// among the release's items (after those of an equal score). Holds the user's lift
-    /// and the release's label scores, best first.
-    Fused { lift: Vec<f64>, release: Vec<f64> },
+    /// among the release's items (after those of an equal score). Holds that score per
+    /// cold item.
+    Fused(Vec<f64>),
 }
 
 impl ColdScale {
@@ -314,11 +314,7 @@ impl ColdScale {
     pub fn score(&self, cold: &ColdItems, k: usize) -> f64 {
         match self {
             Self::Labels(lift) => cold.score(lift, k),
-            Self::Fused { lift, release } => {
-                let s = cold.score(lift, k);
-                let rank = release.partition_point(|&x| x >= s);
-                1.0 / (FUSION_K + rank as f64)
-            }
+            Self::Fused(scores) => scores[k],
         }
     }
 }
@@ -386,19 +382,34 @@ impl LabelledRanker {
         (!self.lift.base.is_empty() && !self.lift.names.is_empty()).then_some(&self.lift)
     }
 
-    /// How `own`'s list scores items outside the release ([`ColdItems`]): on the label
-    /// list's scale when the label list answers, by the label half of the fusion when the
-    /// list is fused; `None` when neither (the inner model's list, or no labelled item).
-    pub fn cold_scale(&self, own: &[(usize, f64)]) -> Option<ColdScale> {
+    /// How `own`'s list scores the items of `cold`: on the label list's scale when the
+    /// label list answers, by the label half of the fusion when the list is fused; `None`
+    /// when neither (the inner model's list, or no labelled item). A fused list ranks the
+    /// cold items among the release's label scores in one pass over the release (each
+    /// score placed among the sorted cold scores), not by sorting the catalogue.
+    pub fn cold_scale(&self, own: &[(usize, f64)], cold: &ColdItems) -> Option<ColdScale> {
         if let Some(lift) = self.labelled(own) {
             return Some(ColdScale::Labels(lift));
         }
         let lift = self.fused(own)?;
-        let mut release: Vec<f64> = (0..self.inner.n_items)
-            .map(|j| self.label_score(&lift, j))
+        let mut by_score: Vec<(f64, usize)> = (0..cold.ids.len())
+            .map(|c| (cold.score(&lift, c), c))
             .collect();
-        release.sort_unstable_by(|a, b| b.total_cmp(a));
-        Some(ColdScale::Fused { lift, release })
+        by_score.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        // at[p]: release items whose label score is at least the p smallest cold scores
+        // and below the next; cold item i (in ascending order) ranks after at[i+1..].
+        let mut at = vec![0u32; by_score.len() + 1];
+        for j in 0..self.inner.n_items {
+            let x = self.label_score(&lift, j);
+            at[by_score.partition_point(|&(s, _)| s <= x)] += 1;
+        }
+        let mut scores = vec![0.0; by_score.len()];
+        let mut above = 0u32;
+        for (i, &(_, c)) in by_score.iter().enumerate().rev() {
+            above += at[i + 1];
+            scores[c] = 1.0 / (FUSION_K + above as f64);
+        }
+        Some(ColdScale::Fused(scores))
     }
 
     /// The label model of `ranker`, when it is one.
@@ -664,7 +675,7 @@ mod tests {
             .cold_items(7, [("comedy", &comedy[..]), ("drama", &drama[..])]);
         let own = [(0, 5.0)];
         let l = labels_only.lift.user_lift(&own).unwrap();
-        let scale = labels_only.cold_scale(&own).unwrap();
+        let scale = labels_only.cold_scale(&own, &cold).unwrap();
         assert_eq!(scale, ColdScale::Labels(l.clone()));
         assert_eq!(scale.score(&cold, 0), cold.score(&l, 0));
 
@@ -672,7 +683,7 @@ mod tests {
             inner: item_item(),
             lift: lift(),
         };
-        let scale = fused.cold_scale(&own).unwrap();
+        let scale = fused.cold_scale(&own, &cold).unwrap();
         // The user's label scores: comedy items 0 (count 10) and 2 (11, also drama) lifted,
         // drama item 1 (12) lowered, item 3 (3, no label) as is.
         let label: Vec<f64> = (0..4)
@@ -690,7 +701,7 @@ mod tests {
         let best = out.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         assert!(scale.score(&cold, 0) < best, "{out:?}");
         // A user without a labelled item gets the inner list: no cold item in it.
-        assert_eq!(fused.cold_scale(&[(3, 4.0)]), None);
+        assert_eq!(fused.cold_scale(&[(3, 4.0)], &cold), None);
     }
 
     /// The Dirichlet estimate: a user whose two labelled items carry label 0 only has

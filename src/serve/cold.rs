@@ -85,7 +85,7 @@ impl Published {
                 Some((
                     c,
                     LabelledRanker::of(self.ranker.as_deref()?)?
-                        .cold_scale(&self.own_indices(facts))?,
+                        .cold_scale(&self.own_indices(facts), c)?,
                 ))
             });
         let Some((cold, scale)) = scale else {
