@@ -23,6 +23,24 @@ pub struct AfterReleases {
     pub arrivals: bool,
 }
 
+impl AfterReleases {
+    /// `trainer` as served after `releases` releases of an unchanged store: itself for 0
+    /// or 1, wrapped otherwise.
+    pub fn served(
+        trainer: std::sync::Arc<dyn Trainer>,
+        releases: u64,
+    ) -> std::sync::Arc<dyn Trainer> {
+        match releases {
+            0 | 1 => trainer,
+            releases => std::sync::Arc::new(Self {
+                inner: trainer,
+                releases,
+                arrivals: false,
+            }),
+        }
+    }
+}
+
 impl Trainer for AfterReleases {
     fn name(&self) -> &'static str {
         self.inner.name()

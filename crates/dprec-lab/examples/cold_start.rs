@@ -151,7 +151,7 @@ fn found_after(
             .map(|(k, &s)| (s, keep[k]))
             .collect();
         own.iter().for_each(|&(k, _)| own_item[k] = false);
-        let scale = LabelledRanker::of(ranker).and_then(|l| l.cold_scale(&own));
+        let scale = LabelledRanker::of(ranker).and_then(|l| l.cold_scale(&own, cold));
         if let Some(scale) = &scale {
             list.extend((0..cold.ids.len()).map(|c| (scale.score(cold, c), cold_fold[c])));
         }
@@ -167,18 +167,6 @@ fn found_after(
         }
     }
     (hits, fused)
-}
-
-/// `trainer` as served after `releases` releases.
-fn served(trainer: Box<dyn Trainer>, releases: u64) -> Arc<dyn Trainer> {
-    match releases {
-        1 => Arc::from(trainer),
-        releases => Arc::new(train::AfterReleases {
-            inner: Arc::from(trainer),
-            releases,
-            arrivals: false,
-        }),
-    }
 }
 
 fn fit(
@@ -215,10 +203,11 @@ fn after_release(
             train.push(fold_train.users[i], at[j] as u32, fold_train.values[i]);
         }
     }
-    let trainer = served(
+    let trainer = train::AfterReleases::served(
         train::build("dp-topn", &Params::parse::<&str>(&[])?)?
             .with_item_labels(labels_of(genres, &keep))
-            .context("dp-topn takes labels")?,
+            .context("dp-topn takes labels")?
+            .into(),
         a.releases,
     );
     let (ranker, matrix) = fit(trainer.as_ref(), &train, scale, seed)?;
@@ -251,14 +240,15 @@ fn main() -> anyhow::Result<()> {
     let f = folds::predefined_ml100k(&a.data)?;
     let genres = genres(&a.data, &f.items)?;
     let all: Vec<usize> = (0..f.items.len()).collect();
-    let on = served(
+    let on = train::AfterReleases::served(
         train::build("dp-topn", &Params::parse::<&str>(&[])?)?
             .with_item_labels(labels_of(&genres, &all))
-            .context("dp-topn takes labels")?,
+            .context("dp-topn takes labels")?
+            .into(),
         a.releases,
     );
-    let off = served(
-        train::build("dp-topn", &Params::parse(&["labels=off"])?)?,
+    let off = train::AfterReleases::served(
+        train::build("dp-topn", &Params::parse(&["labels=off"])?)?.into(),
         a.releases,
     );
     println!(

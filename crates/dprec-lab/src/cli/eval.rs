@@ -277,14 +277,7 @@ fn seen(
         Some(l) => trainer.with_item_labels(l.clone()).unwrap_or(trainer),
         None => trainer,
     };
-    match args.releases_seen {
-        0 | 1 => Arc::from(trainer),
-        releases => Arc::new(eval::AfterReleases {
-            inner: Arc::from(trainer),
-            releases,
-            arrivals: false,
-        }),
-    }
+    eval::AfterReleases::served(Arc::from(trainer), args.releases_seen)
 }
 
 fn build_jobs(
